@@ -1,0 +1,1 @@
+"""Costs, gradient-based trajectory optimisation and receding-horizon MPC."""

@@ -1,0 +1,172 @@
+"""
+Loaders for the real robot recordings in `../shared/data/` (see its README).
+
+Every loader returns `Trajectory` objects in SI units. Set RDL_DATA_DIR to point elsewhere.
+"""
+import csv
+import json
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.signals.offline import savgol_derivative
+
+KINOVA_JOINTS = [f'joint_{i}' for i in range(1, 8)]
+KINOVA_TRAIN_FILES = ('RunTrajectory1.csv', 'RecordTrajectory_quadratic.csv')
+KINOVA_TEST_FILES = ('opti_traj_testing1.csv', 'opti_traj_testing2.csv')
+KINOVA_DT = 1e-3
+# Window of the Savitzky-Golay differentiator that turns velocity into acceleration (Kinova).
+KINOVA_ACC_WINDOW_S = 0.031
+SCHUNK_JOINTS = [f'arm_{i}_joint' for i in range(1, 7)]
+PNEUMATIC_JOINTS = [f'pam_joint_{i}' for i in range(1, 5)]
+PNEUMATIC_DT = 0.01
+
+
+def shared_data_dir() -> Path:
+    """Return the shared data folder: $RDL_DATA_DIR, else ../shared/data beside the repo."""
+    env = os.environ.get('RDL_DATA_DIR')
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2].parent / 'shared' / 'data'
+
+
+def _read_csv_columns(path: Path) -> dict:
+    """Read a numeric CSV with a header row into {column name: float array}."""
+    with open(path, newline='') as handle:
+        reader = csv.reader(handle)
+        header = [name.strip() for name in next(reader)]
+        rows = np.array([[float(v) for v in row] for row in reader if row], dtype=np.float64)
+    if rows.ndim != 2 or rows.shape[1] != len(header):
+        raise ValueError(f'{path}: rows do not match the {len(header)} header columns')
+    return {name: rows[:, i] for i, name in enumerate(header)}
+
+
+def load_kinova(path: Path, torque: str = 'Torque') -> Trajectory:
+    """
+    Load one Kinova Gen3 CSV (1 kHz) as inverse-dynamics data.
+
+    torque selects the target column family: 'Torque' (default; torque from motor current,
+    valid on all 7 joints), 'TorqueCur' (nearly equal) or 'TorqueSm' (joint torque sensors;
+    joint 1 reads exactly 0 throughout every recording, so it is unusable as a target).
+    qdd is the Savitzky-Golay derivative (cubic, 31 ms window, zero phase) of the measured
+    velocity.
+    """
+    if torque not in ('TorqueSm', 'Torque', 'TorqueCur'):
+        raise ValueError(f"unknown Kinova torque column family '{torque}'")
+    columns = _read_csv_columns(Path(path))
+
+    def stack(prefix: str) -> np.ndarray:
+        return np.stack([columns[f'{prefix}{i}'] for i in range(1, 8)], axis=1)
+
+    qd = stack('Velocity')
+    time = np.arange(qd.shape[0]) * KINOVA_DT
+    qdd = savgol_derivative(qd, KINOVA_DT, KINOVA_ACC_WINDOW_S, order=3, deriv=1)
+    return Trajectory(time=time, joint_names=list(KINOVA_JOINTS), q=stack('Position'), qd=qd,
+                      qdd=qdd, tau=stack(torque),
+                      units={'q': 'rad', 'qd': 'rad/s', 'qdd': 'rad/s^2', 'tau': 'N m'},
+                      source=f'{path} (torque={torque})')
+
+
+def load_kinova_split(torque: str = 'Torque', root: Optional[Path] = None):
+    """Return (train, test) lists: identification files vs. validation files."""
+    folder = Path(root or shared_data_dir()) / 'kinova_gen3'
+    train = [load_kinova(folder / name, torque) for name in KINOVA_TRAIN_FILES]
+    test = [load_kinova(folder / name, torque) for name in KINOVA_TEST_FILES]
+    return train, test
+
+
+def load_pneumatic(root: Optional[Path] = None, cumulative_actions: bool = True,
+                   limit: Optional[int] = None) -> List[Trajectory]:
+    """
+    Load the pneumatic-arm episodes (100 Hz) as forward-dynamics data.
+
+    observations are the 4 joint angles (ob[:, 0:4], the paper's observation); actions are the
+    8 pressure increments, summed over time when cumulative_actions (as the paper's code does).
+    Episodes are sorted by file name for reproducible splits.
+    """
+    folder = Path(root or shared_data_dir()) / 'pneumatic_arm'
+    files = sorted(folder.glob('*.json'))[:limit]
+    if not files:
+        raise FileNotFoundError(f'no pneumatic-arm episodes in {folder}')
+    trajectories = []
+    for path in files:
+        episode = json.loads(path.read_text())
+        observations = np.asarray(episode['ob'], dtype=np.float64)[:, :4]
+        actions = np.asarray(episode['action'], dtype=np.float64)
+        if cumulative_actions:
+            actions = np.cumsum(actions, axis=0)
+        n = min(observations.shape[0], actions.shape[0])  # a few episodes hold one extra action
+        observations, actions = observations[:n], actions[:n]
+        time = np.arange(observations.shape[0]) * PNEUMATIC_DT
+        trajectories.append(Trajectory(
+            time=time, joint_names=list(PNEUMATIC_JOINTS), q=observations,
+            observations=observations, actions=actions,
+            units={'q': 'rad', 'observations': 'rad', 'actions': 'pressure (a.u.)'},
+            source=str(path)))
+    return trajectories
+
+
+def load_schunk(root: Optional[Path] = None, runs: Optional[Sequence[int]] = None
+                ) -> List[Trajectory]:
+    """
+    Load Schunk LWA 4P runs (250 Hz) as forward-dynamics data.
+
+    observations are [q, qd] (12), actions the 6 motor torques. `input.csv` has one row fewer
+    than the states, so the last state is dropped: action t acts between state t and t+1.
+    """
+    folder = Path(root or shared_data_dir()) / 'schunk_lwa4p'
+    if runs is None:
+        runs = sorted(int(p.name.split('_')[1]) for p in folder.glob('measurement_*'))
+    trajectories = []
+    for run in runs:
+        run_dir = folder / f'measurement_{run}'
+        states = np.loadtxt(run_dir / 'trajectory.csv', delimiter=',', ndmin=2)
+        inputs = np.loadtxt(run_dir / 'input.csv', delimiter=',', ndmin=2)
+        time = np.loadtxt(run_dir / 'time.csv', delimiter=',', ndmin=1)
+        n = min(states.shape[0], inputs.shape[0], time.shape[0])
+        trajectories.append(Trajectory(
+            time=time[:n], joint_names=list(SCHUNK_JOINTS), q=states[:n, :6],
+            qd=states[:n, 6:12], tau=inputs[:n], observations=states[:n], actions=inputs[:n],
+            units={'q': 'rad', 'qd': 'rad/s', 'tau': 'N m', 'actions': 'N m'},
+            source=str(run_dir)))
+    if not trajectories:
+        raise FileNotFoundError(f'no Schunk runs in {folder}')
+    return trajectories
+
+
+def load_rc_car(path: Path) -> Trajectory:
+    """
+    Load one DART RC-car CSV: Vicon pose (~100 Hz) and normalised commands.
+
+    observations are [x, y, yaw] (m, m, rad, yaw unwrapped); actions are [throttle in [0, 1],
+    steering in [-1, 1]] with throttle zeroed where safety_value == 0 (as the source's loader
+    does). Rows before the first Vicon sample and duplicated Vicon stamps are dropped.
+    """
+    columns = _read_csv_columns(Path(path))
+    if 'vicon time' not in columns:
+        raise ValueError(f'{path}: no Vicon columns (IMU/encoder-only recording)')
+    time = columns['vicon time']
+    keep = np.concatenate([[True], np.diff(time) > 0]) & (time > 0)
+    throttle = np.where(columns['safety_value'] == 0, 0.0, columns['throttle'])
+    observations = np.stack([columns['vicon x'], columns['vicon y'],
+                             np.unwrap(columns['vicon yaw'])], axis=1)[keep]
+    actions = np.stack([throttle, columns['steering']], axis=1)[keep]
+    time = time[keep]
+    return Trajectory(time=time - time[0], observations=observations, actions=actions,
+                      units={'observations': 'm, m, rad', 'actions': 'throttle [0,1], '
+                             'steering [-1,1]'},
+                      source=str(path))
+
+
+def rc_car_files(root: Optional[Path] = None) -> List[Path]:
+    """DART CSV files that carry Vicon poses, sorted (two folders are IMU/encoder only)."""
+    folder = Path(root or shared_data_dir()) / 'rc_car_dart'
+    with_vicon = []
+    for path in sorted(folder.glob('*/*.csv')):
+        with open(path) as handle:
+            if 'vicon time' in handle.readline():
+                with_vicon.append(path)
+    return with_vicon

@@ -1,0 +1,69 @@
+"""One trajectory structure for every data source: shared datasets, bags and simulators."""
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+
+
+@dataclass
+class Trajectory:
+    """
+    A time-aligned recording.
+
+    time: (T,) seconds, strictly increasing.
+    joint_names: names of the n joints (empty for the car).
+    q, qd, qdd, tau: (T, n) joint positions [rad or m], velocities, accelerations, torques
+        [N m or N]; None where the source does not have them.
+    observations, actions: (T, n_obs), (T, n_act) for forward-dynamics sets (pneumatic arm,
+        Schunk arm, RC car); None otherwise.
+    units: unit per field name, e.g. {'tau': 'N m'}.
+    source: where it came from (file path and any choices, e.g. which torque column).
+    """
+
+    time: np.ndarray
+    joint_names: List[str] = field(default_factory=list)
+    q: Optional[np.ndarray] = None
+    qd: Optional[np.ndarray] = None
+    qdd: Optional[np.ndarray] = None
+    tau: Optional[np.ndarray] = None
+    observations: Optional[np.ndarray] = None
+    actions: Optional[np.ndarray] = None
+    units: Dict[str, str] = field(default_factory=dict)
+    source: str = ''
+
+    ARRAY_FIELDS = ('q', 'qd', 'qdd', 'tau', 'observations', 'actions')
+
+    def __post_init__(self) -> None:
+        """Validate shapes and time so that downstream code can trust them."""
+        self.time = np.asarray(self.time, dtype=np.float64)
+        if self.time.ndim != 1:
+            raise ValueError(f'time must be 1-D, got shape {self.time.shape} ({self.source})')
+        if self.time.size > 1 and not np.all(np.diff(self.time) > 0):
+            raise ValueError(f'time must be strictly increasing ({self.source})')
+        for name in self.ARRAY_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value = np.asarray(value, dtype=np.float64)
+            if value.ndim != 2 or value.shape[0] != self.time.size:
+                raise ValueError(
+                    f'{name} must have shape ({self.time.size}, n), got {value.shape} '
+                    f'({self.source})')
+            setattr(self, name, value)
+
+    def __len__(self) -> int:
+        """Return the number of samples."""
+        return int(self.time.size)
+
+    @property
+    def dt(self) -> float:
+        """Median sample period in seconds."""
+        return float(np.median(np.diff(self.time)))
+
+    def segment(self, start: int, stop: int) -> 'Trajectory':
+        """Return samples [start, stop) as a new trajectory (arrays are views)."""
+        arrays = {name: None if getattr(self, name) is None else getattr(self, name)[start:stop]
+                  for name in self.ARRAY_FIELDS}
+        return Trajectory(time=self.time[start:stop], joint_names=list(self.joint_names),
+                          units=dict(self.units), source=f'{self.source}[{start}:{stop}]',
+                          **arrays)

@@ -1,0 +1,1 @@
+"""Differentiable, batched rigid-body dynamics from URDF (FK, Jacobians, RNEA, CRBA, ABA)."""

@@ -1,0 +1,1 @@
+"""Streaming buffers, the continual trainer, checkpoints, metrics and losses."""

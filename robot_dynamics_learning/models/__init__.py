@@ -1,0 +1,1 @@
+"""Learned dynamics models sharing the `DynamicsModel` interface."""

@@ -1,0 +1,1 @@
+"""Thin rclpy nodes: the only place rclpy and message packages are imported."""

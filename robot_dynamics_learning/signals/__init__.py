@@ -1,0 +1,1 @@
+"""Filtering and differentiation: zero-phase offline, causal with bounded delay online."""
