@@ -25,6 +25,8 @@ setup(
         (f'share/{PACKAGE}', ['package.xml']),
         (f'share/{PACKAGE}/launch', glob('launch/*launch.[pxy][yma]*')),
         (f'share/{PACKAGE}/config', glob('config/*.yaml')),
+        (f'share/{PACKAGE}/config/tracks', glob('config/tracks/*.yaml')),
+        (f'share/{PACKAGE}/config/models', glob('config/models/*.pt')),
         (f'share/{PACKAGE}/urdf', glob('urdf/*.urdf') + glob('urdf/*.xacro')),
         (f'share/{PACKAGE}/worlds', glob('worlds/*.sdf')),
     ],

@@ -12,6 +12,10 @@ from typing import Optional, Sequence
 # Modules exposing `register(subparsers: argparse._SubParsersAction) -> None`.
 COMMAND_MODULES = (
     'robot_dynamics_learning.data.cli',
+    'robot_dynamics_learning.dynamics.cli',
+    'robot_dynamics_learning.learning.cli',
+    'robot_dynamics_learning.control.cli',
+    'robot_dynamics_learning.sim.cli',
 )
 
 
@@ -31,7 +35,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
         print(f'rdl: error: {error}', file=sys.stderr)
         return 2
 

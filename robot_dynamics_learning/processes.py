@@ -1,0 +1,58 @@
+"""
+Start and stop node processes without `ros2 run` (the PyPI wheels have no ros2cli).
+
+Used by the demo and the node tests; imports no rclpy, so the demo stays ROS-free.
+"""
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+
+def ros_args(params: Optional[Dict[str, object]] = None,
+             remaps: Optional[Dict[str, str]] = None,
+             params_file: Optional[Path] = None) -> List[str]:
+    """
+    Return `--ros-args` for parameters (`-p name:=value`), remaps and a params file.
+
+    Booleans become `true`/`false`, sequences YAML flow lists; an empty string is skipped
+    (it is not a valid `-p` override, so the node keeps its default).
+    """
+    args = ['--ros-args']
+    if params_file is not None:
+        args += ['--params-file', str(params_file)]
+    for name, value in (params or {}).items():
+        if value == '':
+            continue
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, (list, tuple)):
+            value = '[' + ','.join(repr(v) if isinstance(v, str) else str(v)
+                                   for v in value) + ']'
+        args += ['-p', f'{name}:={value}']
+    for source, target in (remaps or {}).items():
+        args += ['-r', f'{source}:={target}']
+    return args
+
+
+def start_node_process(executable: str, args: List[str], stdout=subprocess.DEVNULL,
+                       cwd: Optional[Path] = None) -> subprocess.Popen:
+    """Run `robot_dynamics_learning.nodes.<executable>` unbuffered in its own process."""
+    command = [sys.executable, '-u', '-m', f'robot_dynamics_learning.nodes.{executable}']
+    text = stdout is subprocess.PIPE
+    return subprocess.Popen(command + args, cwd=cwd, env=dict(os.environ), stdout=stdout,
+                            stderr=subprocess.STDOUT, text=text)
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 20.0) -> int:
+    """Send SIGINT (as Ctrl-C would) and wait; kill if it does not exit in time."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode

@@ -1,0 +1,83 @@
+"""Helpers for node tests over real rclpy and Fast DDS on localhost (no mocks)."""
+from pathlib import Path
+import subprocess
+import threading
+import time
+from typing import Callable, Dict, List, Optional
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from robot_dynamics_learning.processes import ros_args, start_node_process, stop_process
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_node(executable: str, params: Optional[Dict[str, object]] = None,
+               remaps: Optional[Dict[str, str]] = None, params_file: Optional[Path] = None,
+               extra_args: Optional[List[str]] = None, log_path: Optional[Path] = None
+               ) -> subprocess.Popen:
+    """
+    Start `robot_dynamics_learning.nodes.<executable>` in its own process.
+
+    Parameters go on the command line as `-p name:=value`; stdout and stderr go to log_path
+    when given (read them on failure).
+    """
+    args = list(extra_args or []) + ros_args(params, remaps, params_file)
+    output = open(log_path, 'w') if log_path else subprocess.DEVNULL
+    return start_node_process(executable, args, stdout=output, cwd=ROOT)
+
+
+def stop_node(process: subprocess.Popen, timeout: float = 10.0) -> int:
+    """Stop a node process as Ctrl-C would (killed after `timeout` seconds)."""
+    return stop_process(process, timeout)
+
+
+class TestNode:
+    """
+    An rclpy node of the test process, spun in a background thread with its own context.
+
+    Use as a context manager; `node` is the rclpy node for creating subscriptions and
+    publishers.
+    """
+
+    __test__ = False  # a helper, not a test class
+
+    def __init__(self, name: str = 'test_probe') -> None:
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = Node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while self.context.ok():
+            try:
+                self.executor.spin_once(timeout_sec=0.05)
+            except Exception:  # noqa: B902 - shutdown races end the spin thread
+                return
+
+    def close(self) -> None:
+        """Destroy the node and shut down its context."""
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> 'TestNode':
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, period: float = 0.05) -> bool:
+    """Poll `condition` until it is true or `timeout` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(period)
+    return bool(condition())
