@@ -1,0 +1,705 @@
+"""
+rosbag2 read and write without a ROS install (the `rosbags` library).
+
+Reading: one topic -> `TopicArrays` (preallocated numpy arrays, header stamps and receive
+times), every message validated by the same parsers the nodes use (`data/messages.py`);
+invalid messages are skipped and counted by reason. Types come from the bag itself (Jazzy and
+later embed definitions); bags without definitions (Humble's `ros2 bag`) fall back to a named
+typestore. Writing: version-8 bags (readable by Humble and later), sqlite3 or MCAP, from
+`Trajectory` objects or `TopicArrays`, with the dataset topic conventions in docs/data.md.
+"""
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+import heapq
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from robot_dynamics_learning.data import datasets
+from robot_dynamics_learning.data.messages import (
+    ArrayParser, CarCommandParser, CommandMapping, FieldNeed, FLOAT64_MULTI_ARRAY, JOINT_STATE,
+    JointStateParser, JOY, POSE_STAMPED, PoseParser, quaternion_from_yaw, Reason, Result,
+    SUPPORTED_TYPES, TWIST, TWIST_STAMPED)
+from robot_dynamics_learning.data.trajectory import Trajectory
+from rosbags.highlevel import AnyReader, AnyReaderError
+from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
+from rosbags.typesys import get_typestore, Stores
+from tqdm import tqdm
+
+PathLike = Union[str, Path]
+STORAGES = {'mcap': StoragePlugin.MCAP, 'sqlite3': StoragePlugin.SQLITE3}
+TYPESTORES = {'humble': Stores.ROS2_HUMBLE, 'jazzy': Stores.ROS2_JAZZY,
+              'kilted': Stores.ROS2_KILTED}
+# Dataset bags start at this fixed epoch (2023-11-14T22:13:20Z) so conversions are repeatable.
+EPOCH_NS = 1_700_000_000 * 1_000_000_000
+JOINT_TOPIC = '/joint_states'
+PNEUMATIC_COMMAND_TOPIC = '/pressure_controller/commands'
+SCHUNK_COMMAND_TOPIC = '/effort_controller/commands'
+CAR_POSE_TOPIC = '/vrpn_mocap/rc_car/pose'
+CAR_COMMAND_TOPIC = '/cmd'
+DATASETS = ('kinova', 'pneumatic', 'schunk', 'rc_car')
+
+
+def named_typestore(name: str):
+    """Return the rosbags typestore for 'humble', 'jazzy' or 'kilted'."""
+    if name not in TYPESTORES:
+        raise ValueError(f"unknown typestore '{name}', choose from {sorted(TYPESTORES)}")
+    return get_typestore(TYPESTORES[name])
+
+
+@contextmanager
+def open_bag(path: PathLike, typestore: str = 'jazzy') -> Iterator[AnyReader]:
+    """Open a rosbag2 folder for reading; typestore is used only if the bag has no types."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f'no bag at {path}')
+    reader = AnyReader([path], default_typestore=named_typestore(typestore))
+    try:
+        reader.open()
+    except AnyReaderError as error:
+        raise ValueError(f'{path}: cannot read bag: {error}') from None
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def storage_of(path: PathLike) -> str:
+    """Return 'mcap' or 'sqlite3' from the bag's storage files."""
+    path = Path(path)
+    if any(path.glob('*.mcap')):
+        return 'mcap'
+    if any(path.glob('*.db3')):
+        return 'sqlite3'
+    raise ValueError(f'{path}: no .mcap or .db3 storage file')
+
+
+@dataclass(frozen=True)
+class TopicSummary:
+    """One topic of a bag: type, message count and receive-time span."""
+
+    topic: str
+    msgtype: str
+    count: int
+    first_ns: int
+    last_ns: int
+
+    @property
+    def duration_s(self) -> float:
+        """Return seconds between the first and last message."""
+        return (self.last_ns - self.first_ns) * 1e-9
+
+    @property
+    def rate_hz(self) -> float:
+        """Return the mean message rate (0 with fewer than two messages)."""
+        if self.count < 2 or self.last_ns <= self.first_ns:
+            return 0.0
+        return (self.count - 1) / self.duration_s
+
+
+@dataclass(frozen=True)
+class BagInfo:
+    """Summary of a bag: storage, span and per-topic statistics (receive times)."""
+
+    path: str
+    storage: str
+    start_ns: int
+    end_ns: int
+    message_count: int
+    topics: List[TopicSummary]
+
+    @property
+    def duration_s(self) -> float:
+        """Return seconds between the first and last message of any topic."""
+        return max(0, self.end_ns - self.start_ns) * 1e-9
+
+
+def bag_info(path: PathLike, typestore: str = 'jazzy') -> BagInfo:
+    """Summarise a bag (reads receive times only, deserialises nothing)."""
+    with open_bag(path, typestore) as reader:
+        first: Dict[str, int] = {}
+        last: Dict[str, int] = {}
+        counts: Dict[str, int] = {}
+        types: Dict[str, str] = {}
+        for connection in reader.connections:
+            types[connection.topic] = connection.msgtype
+            counts.setdefault(connection.topic, 0)
+        for connection, stamp, _ in reader.messages():
+            topic = connection.topic
+            first.setdefault(topic, stamp)
+            last[topic] = stamp
+            counts[topic] += 1
+        topics = [TopicSummary(t, types[t], counts[t], first.get(t, 0), last.get(t, 0))
+                  for t in sorted(types)]
+        start = min(first.values(), default=0)
+        end = max(last.values(), default=0)
+        return BagInfo(str(path), storage_of(path), start, end, sum(counts.values()), topics)
+
+
+@dataclass
+class TopicArrays:
+    """
+    One topic of a bag as arrays, in receive order.
+
+    stamp_ns: (T,) int64 header stamps, or receive times for types without a header
+        (stamp_source says which); receive_ns: (T,) int64 bag log times.
+    fields: per type (float64, SI as in the message): JointState 'position', 'velocity',
+        'effort' (T, n) in joint_names order (absent when not in the messages); PoseStamped
+        'position' (T, 3) m, 'quaternion' (T, 4) [x, y, z, w], 'yaw' (T,) rad; Twist,
+        TwistStamped, Joy 'throttle', 'steering' (T,); Float64MultiArray 'data' (T, m).
+    rejections: RejectionCounter.as_dict() of the read ('accepted' plus reason counts).
+    """
+
+    topic: str
+    msgtype: str
+    stamp_ns: np.ndarray
+    receive_ns: np.ndarray
+    stamp_source: str
+    fields: Dict[str, np.ndarray]
+    joint_names: List[str] = field(default_factory=list)
+    frame_id: str = ''
+    rejections: Dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        """Return the number of accepted messages."""
+        return int(self.stamp_ns.size)
+
+    @property
+    def time(self) -> np.ndarray:
+        """Return stamps as seconds since the first one, (T,) float64."""
+        return (self.stamp_ns - self.stamp_ns[0]) * 1e-9 if len(self) else np.zeros(0)
+
+
+class _Collector:
+    """Accumulates parsed messages into preallocated arrays (capacity = topic count)."""
+
+    def __init__(self, parser, capacity: int) -> None:
+        self.parser = parser
+        self.capacity = capacity
+        self.n = 0
+        self.stamp_ns = np.zeros(capacity, dtype=np.int64)
+        self.receive_ns = np.zeros(capacity, dtype=np.int64)
+        self.arrays: Dict[str, np.ndarray] = {}
+        self.frame_id = ''
+
+    def _row(self, name: str, shape: Tuple[int, ...]) -> np.ndarray:
+        array = self.arrays.get(name)
+        if array is None:
+            array = self.arrays[name] = np.full((self.capacity,) + shape, np.nan)
+        return array
+
+    def add(self, msg: object, receive_ns: int) -> None:
+        result = self.parser.parse(msg)
+        if result.ok:
+            self.receive_ns[self.n] = receive_ns
+            self.store(result.value, receive_ns)
+            self.n += 1
+
+    def store(self, value: object, receive_ns: int) -> None:
+        raise NotImplementedError
+
+    def fields(self) -> Dict[str, np.ndarray]:
+        return {name: array[:self.n] for name, array in self.arrays.items()}
+
+
+class _JointCollector(_Collector):
+    def __init__(self, parser: JointStateParser, capacity: int) -> None:
+        super().__init__(parser, capacity)
+        self.present = dict.fromkeys(JointStateParser.FIELDS, 0)
+
+    def store(self, sample, receive_ns: int) -> None:
+        self.stamp_ns[self.n] = sample.stamp_ns
+        n_joints = len(self.parser.joint_names)
+        for name in JointStateParser.FIELDS:
+            values = getattr(sample, name)
+            if values is not None:
+                self._row(name, (n_joints,))[self.n] = values
+                self.present[name] += 1
+
+    def fields(self) -> Dict[str, np.ndarray]:
+        partial = [name for name, k in self.present.items() if 0 < k < self.n]
+        if partial:
+            counts = ', '.join(f'{name} in {self.present[name]}' for name in partial)
+            raise ValueError(
+                f'optional JointState fields are present in only some of the {self.n} '
+                f'accepted messages ({counts}); read them as required (messages without '
+                f'them are skipped) or ignore them')
+        return {name: array[:self.n] for name, array in self.arrays.items()}
+
+
+class _PoseCollector(_Collector):
+    def store(self, sample, receive_ns: int) -> None:
+        self.stamp_ns[self.n] = sample.stamp_ns
+        self._row('position', (3,))[self.n] = sample.position
+        self._row('quaternion', (4,))[self.n] = sample.quaternion
+        self._row('yaw', ())[self.n] = sample.yaw
+        self.frame_id = sample.frame_id
+
+
+class _CommandCollector(_Collector):
+    def store(self, command, receive_ns: int) -> None:
+        self.stamp_ns[self.n] = receive_ns if command.stamp_ns is None else command.stamp_ns
+        self._row('throttle', ())[self.n] = command.throttle
+        self._row('steering', ())[self.n] = command.steering
+
+
+class _ArrayCollector(_Collector):
+    def store(self, data: np.ndarray, receive_ns: int) -> None:
+        # The first accepted message fixes the length; later ones must match (WRONG_SIZE).
+        self.parser.size = data.size
+        self.stamp_ns[self.n] = receive_ns
+        self._row('data', (data.size,))[self.n] = data
+
+
+def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str]] = None,
+               position: FieldNeed = FieldNeed.REQUIRED,
+               velocity: FieldNeed = FieldNeed.OPTIONAL,
+               effort: FieldNeed = FieldNeed.OPTIONAL,
+               mapping: CommandMapping = CommandMapping(), size: Optional[int] = None,
+               typestore: str = 'jazzy', progress: bool = False) -> TopicArrays:
+    """
+    Read one topic of a supported type into `TopicArrays`, skipping invalid messages.
+
+    joint_names (JointState): output order; None takes the first message's names. position,
+    velocity, effort: `FieldNeed` per array; an optional array must be in all accepted
+    messages or in none (else ValueError: choose required or ignore). mapping: Twist/Joy ->
+    throttle, steering. size: required Float64MultiArray length (None: the first message's).
+    """
+    with open_bag(path, typestore) as reader:
+        connections = [c for c in reader.connections if c.topic == topic]
+        if not connections:
+            topics = sorted({c.topic for c in reader.connections})
+            raise ValueError(f"topic '{topic}' is not in {path}; it has {topics}")
+        msgtype = connections[0].msgtype
+        if any(c.msgtype != msgtype for c in connections):
+            raise ValueError(f"topic '{topic}' has several message types")
+        if msgtype not in SUPPORTED_TYPES:
+            raise ValueError(f"topic '{topic}' has unsupported type {msgtype}; supported: "
+                             f'{list(SUPPORTED_TYPES)}')
+        capacity = sum(c.msgcount for c in connections)
+        collector = _make_collector(msgtype, capacity, joint_names, position, velocity, effort,
+                                    mapping, size)
+        deserialize = reader.typestore.deserialize_cdr
+        messages = reader.messages(connections=connections)
+        for _, receive_ns, raw in tqdm(messages, total=capacity, disable=not progress,
+                                       unit='msg', desc=topic, leave=False):
+            try:
+                msg = deserialize(raw, msgtype)
+            except Exception as error:  # noqa: B902 - one corrupt message is a rejection
+                collector.parser.counter.count(
+                    Result(reason=Reason.MALFORMED, detail=f'cannot deserialize: {error}'))
+                continue
+            collector.add(msg, receive_ns)
+    n = collector.n
+    return TopicArrays(
+        topic=topic, msgtype=msgtype, stamp_ns=collector.stamp_ns[:n].copy(),
+        receive_ns=collector.receive_ns[:n].copy(),
+        stamp_source='receive' if msgtype in (TWIST, FLOAT64_MULTI_ARRAY) else 'header',
+        fields={k: v.copy() for k, v in collector.fields().items()},
+        joint_names=list(getattr(collector.parser, 'joint_names', None) or []),
+        frame_id=collector.frame_id, rejections=collector.parser.counter.as_dict())
+
+
+def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity, effort,
+                    mapping: CommandMapping, size: Optional[int]) -> _Collector:
+    if msgtype == JOINT_STATE:
+        parser = JointStateParser(joint_names, position, velocity, effort)
+        return _JointCollector(parser, capacity)
+    if msgtype == POSE_STAMPED:
+        return _PoseCollector(PoseParser(), capacity)
+    if msgtype == FLOAT64_MULTI_ARRAY:
+        return _ArrayCollector(ArrayParser(size), capacity)
+    return _CommandCollector(CarCommandParser(mapping), capacity)
+
+
+def hold_last(source_ns: np.ndarray, values: np.ndarray, target_ns: np.ndarray
+              ) -> Tuple[np.ndarray, np.ndarray]:
+    """
+    Zero-order hold: the latest source value at or before each target time.
+
+    Returns (values at targets (len(target_ns), ...), valid (len(target_ns),) bool: False
+    where no source value precedes the target). source_ns must be non-decreasing.
+    """
+    index = np.searchsorted(source_ns, target_ns, side='right') - 1
+    valid = index >= 0
+    return values[np.maximum(index, 0)], valid
+
+
+def joint_states_to_trajectory(joints: TopicArrays, commands: Optional[TopicArrays] = None,
+                               source: str = '') -> Trajectory:
+    """
+    Turn JointState arrays (plus an optional Float64MultiArray command topic) into a Trajectory.
+
+    time is header stamps since the first one; q, qd, tau are position, velocity, effort.
+    Commands become `actions`, held (zero-order) on receive time, the time base shared by
+    all topics; joint samples received before the first command are dropped.
+    """
+    if joints.msgtype != JOINT_STATE:
+        raise ValueError(f'{joints.topic} is {joints.msgtype}, not {JOINT_STATE}')
+    if len(joints) == 0:
+        raise ValueError(f'{joints.topic}: no valid JointState messages ({joints.rejections})')
+    keep = slice(None)
+    actions = None
+    if commands is not None:
+        actions, valid = hold_last(commands.receive_ns, commands.fields['data'],
+                                   joints.receive_ns)
+        if not valid.any():
+            raise ValueError(f'no {commands.topic} message precedes any joint state')
+        keep = slice(int(np.argmax(valid)), None)
+        actions = actions[keep]
+    stamps = joints.stamp_ns[keep]
+    return Trajectory(
+        time=(stamps - stamps[0]) * 1e-9, joint_names=list(joints.joint_names),
+        q=_get(joints, 'position', keep), qd=_get(joints, 'velocity', keep),
+        tau=_get(joints, 'effort', keep), actions=actions,
+        units={'q': 'rad', 'qd': 'rad/s', 'tau': 'N m'},
+        source=source or f'{joints.topic}')
+
+
+def _get(arrays: TopicArrays, name: str, keep: slice) -> Optional[np.ndarray]:
+    value = arrays.fields.get(name)
+    return None if value is None else value[keep]
+
+
+def read_trajectory(path: PathLike, joint_topic: str = JOINT_TOPIC,
+                    command_topic: Optional[str] = None,
+                    joint_names: Optional[Sequence[str]] = None, typestore: str = 'jazzy',
+                    progress: bool = False) -> Trajectory:
+    """Read a JointState topic (plus an optional command topic) as a `Trajectory`."""
+    joints = read_topic(path, joint_topic, joint_names=joint_names, typestore=typestore,
+                        progress=progress)
+    commands = None if command_topic is None else read_topic(
+        path, command_topic, typestore=typestore, progress=progress)
+    return joint_states_to_trajectory(joints, commands, source=f'{path}:{joint_topic}')
+
+
+def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
+                        command_topic: str = CAR_COMMAND_TOPIC,
+                        mapping: CommandMapping = CommandMapping(), typestore: str = 'jazzy'
+                        ) -> Trajectory:
+    """
+    Mocap poses plus car commands -> `Trajectory` (observations [x, y, yaw], actions).
+
+    yaw is unwrapped; actions [throttle, steering] are held (zero-order) on receive time;
+    poses received before the first command are dropped.
+    """
+    poses = read_topic(path, pose_topic, typestore=typestore)
+    commands = read_topic(path, command_topic, mapping=mapping, typestore=typestore)
+    if len(poses) == 0 or len(commands) == 0:
+        raise ValueError(f'{path}: no valid poses ({poses.rejections}) or commands '
+                         f'({commands.rejections})')
+    command_values = np.stack([commands.fields['throttle'], commands.fields['steering']], 1)
+    actions, valid = hold_last(commands.receive_ns, command_values, poses.receive_ns)
+    if not valid.any():
+        raise ValueError(f'no {command_topic} message precedes any pose')
+    start = int(np.argmax(valid))
+    stamps = poses.stamp_ns[start:]
+    position = poses.fields['position'][start:]
+    observations = np.stack([position[:, 0], position[:, 1],
+                             np.unwrap(poses.fields['yaw'][start:])], axis=1)
+    return Trajectory(time=(stamps - stamps[0]) * 1e-9, observations=observations,
+                      actions=actions[start:],
+                      units={'observations': 'm, m, rad', 'actions': 'throttle, steering'},
+                      source=f'{path}:{pose_topic}+{command_topic}')
+
+
+class BagWriter:
+    """
+    A new rosbag2 (version 8, readable by Humble and later) in sqlite3 or MCAP storage.
+
+    Messages are built from the typestore's own classes and serialised to CDR; topics get
+    their connection on first use. Use as a context manager.
+    """
+
+    def __init__(self, path: PathLike, storage: str = 'mcap', typestore: str = 'jazzy'
+                 ) -> None:
+        if storage not in STORAGES:
+            raise ValueError(f"unknown storage '{storage}', choose from {sorted(STORAGES)}")
+        self.path = Path(path)
+        if self.path.exists():
+            raise FileExistsError(f'{self.path} exists already; bags are never overwritten')
+        self.typestore = named_typestore(typestore)
+        self._writer = Writer(self.path, version=8, storage_plugin=STORAGES[storage])
+        self._connections: Dict[Tuple[str, str], object] = {}
+        self._types = self.typestore.types
+        self.count = 0
+
+    def __enter__(self) -> 'BagWriter':
+        """Create the bag folder; an existing path is an error, never overwritten."""
+        try:
+            self._writer.open()
+        except WriterError as error:
+            raise FileExistsError(f'{self.path}: {error}') from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Finish the bag (metadata.yaml)."""
+        self._writer.close()
+
+    def write_raw(self, topic: str, msgtype: str, log_ns: int, raw: bytes) -> None:
+        """Write already serialised CDR bytes at log (receive) time log_ns."""
+        key = (topic, msgtype)
+        connection = self._connections.get(key)
+        if connection is None:
+            connection = self._connections[key] = self._writer.add_connection(
+                topic, msgtype, typestore=self.typestore)
+        self._writer.write(connection, int(log_ns), raw)
+        self.count += 1
+
+    def write(self, topic: str, msgtype: str, log_ns: int, msg: object) -> None:
+        """Serialise a message of the typestore's classes and write it."""
+        self.write_raw(topic, msgtype, log_ns, self.typestore.serialize_cdr(msg, msgtype))
+
+    def header(self, stamp_ns: int, frame_id: str = '') -> object:
+        """Return a std_msgs/Header of this typestore (stamp seconds must fit int32)."""
+        sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+        if not -2**31 <= sec < 2**31:
+            raise ValueError(f'stamp {stamp_ns} ns does not fit builtin_interfaces/Time')
+        time = self._types['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec)
+        return self._types['std_msgs/msg/Header'](stamp=time, frame_id=frame_id)
+
+    def joint_state(self, stamp_ns: int, names: Sequence[str],
+                    position: Optional[np.ndarray] = None,
+                    velocity: Optional[np.ndarray] = None,
+                    effort: Optional[np.ndarray] = None, frame_id: str = '') -> object:
+        """Return a JointState; arrays (n,) in names order, None for an empty field."""
+        def doubles(values: Optional[np.ndarray]) -> np.ndarray:
+            return np.zeros(0) if values is None else np.asarray(values, dtype=np.float64)
+        return self._types[JOINT_STATE](
+            header=self.header(stamp_ns, frame_id), name=list(names),
+            position=doubles(position), velocity=doubles(velocity), effort=doubles(effort))
+
+    def pose_stamped(self, stamp_ns: int, position: Sequence[float],
+                     quaternion: Sequence[float], frame_id: str = 'world') -> object:
+        """Return a PoseStamped from position (3,) m and quaternion (4,) [x, y, z, w]."""
+        types = self._types
+        point = types['geometry_msgs/msg/Point'](*(float(v) for v in position))
+        orientation = types['geometry_msgs/msg/Quaternion'](*(float(v) for v in quaternion))
+        pose = types['geometry_msgs/msg/Pose'](position=point, orientation=orientation)
+        return types[POSE_STAMPED](header=self.header(stamp_ns, frame_id), pose=pose)
+
+    def twist(self, throttle: float, steering: float,
+              mapping: CommandMapping = CommandMapping()) -> object:
+        """Return a Twist: linear.x = throttle / throttle_scale, angular.z likewise."""
+        vector = self._types['geometry_msgs/msg/Vector3']
+        return self._types[TWIST](
+            linear=vector(float(throttle) / mapping.throttle_scale, 0.0, 0.0),
+            angular=vector(0.0, 0.0, float(steering) / mapping.steering_scale))
+
+    def twist_stamped(self, stamp_ns: int, throttle: float, steering: float,
+                      mapping: CommandMapping = CommandMapping(),
+                      frame_id: str = 'base_link') -> object:
+        """Return a TwistStamped with the `twist` mapping."""
+        return self._types[TWIST_STAMPED](header=self.header(stamp_ns, frame_id),
+                                          twist=self.twist(throttle, steering, mapping))
+
+    def joy(self, stamp_ns: int, throttle: float, steering: float,
+            mapping: CommandMapping = CommandMapping()) -> object:
+        """Return a Joy with the mapped axes set and every other axis 0."""
+        axes = np.zeros(max(mapping.throttle_axis, mapping.steering_axis) + 1, np.float32)
+        axes[mapping.throttle_axis] = throttle / mapping.throttle_scale
+        axes[mapping.steering_axis] = steering / mapping.steering_scale
+        return self._types[JOY](header=self.header(stamp_ns), axes=axes,
+                                buttons=np.zeros(0, np.int32))
+
+    def float64_array(self, values: np.ndarray) -> object:
+        """Return a Float64MultiArray with an empty layout."""
+        layout = self._types['std_msgs/msg/MultiArrayLayout'](dim=[], data_offset=0)
+        return self._types[FLOAT64_MULTI_ARRAY](
+            layout=layout, data=np.asarray(values, dtype=np.float64).ravel())
+
+
+def _stamps(trajectories: Sequence[Trajectory], epoch_ns: int, gap_s: float
+            ) -> List[np.ndarray]:
+    """Integer-ns stamps per trajectory: back to back from epoch_ns, gap_s apart."""
+    out = []
+    offset = int(epoch_ns)
+    for trajectory in trajectories:
+        relative = np.round((trajectory.time - trajectory.time[0]) * 1e9).astype(np.int64)
+        out.append(offset + relative)
+        offset = int(out[-1][-1]) + int(round(gap_s * 1e9))
+    return out
+
+
+def write_joint_trajectories(path: PathLike, trajectories: Sequence[Trajectory],
+                             storage: str = 'mcap', joint_topic: str = JOINT_TOPIC,
+                             command_topic: Optional[str] = None, effort: bool = True,
+                             epoch_ns: int = EPOCH_NS, gap_s: float = 1.0,
+                             typestore: str = 'jazzy', progress: bool = False) -> int:
+    """
+    Write trajectories as JointState (position q, velocity qd, effort tau when effort).
+
+    command_topic: also write `actions` as Float64MultiArray at the same times. Trajectories
+    follow each other gap_s apart from epoch_ns; header stamp = log time. Returns the count.
+    """
+    stamps = _stamps(trajectories, epoch_ns, gap_s)
+    total = sum(len(t) for t in trajectories)
+    with BagWriter(path, storage, typestore) as bag, tqdm(
+            total=total, disable=not progress, unit='sample', desc='write') as bar:
+        for trajectory, stamp_ns in zip(trajectories, stamps):
+            if trajectory.q is None:
+                raise ValueError(f'{trajectory.source}: no joint positions to write')
+            if command_topic is not None and trajectory.actions is None:
+                raise ValueError(f'{trajectory.source}: no actions for {command_topic}')
+            tau = trajectory.tau if effort else None
+            for i, t_ns in enumerate(stamp_ns.tolist()):
+                bag.write(joint_topic, JOINT_STATE, t_ns, bag.joint_state(
+                    t_ns, trajectory.joint_names, trajectory.q[i],
+                    None if trajectory.qd is None else trajectory.qd[i],
+                    None if tau is None else tau[i]))
+                if command_topic is not None:
+                    bag.write(command_topic, FLOAT64_MULTI_ARRAY, t_ns,
+                              bag.float64_array(trajectory.actions[i]))
+            bar.update(len(trajectory))
+        return bag.count
+
+
+def write_car_trajectories(path: PathLike, trajectories: Sequence[Trajectory],
+                           storage: str = 'mcap', pose_topic: str = CAR_POSE_TOPIC,
+                           command_topic: str = CAR_COMMAND_TOPIC,
+                           command_type: str = TWIST_STAMPED,
+                           mapping: CommandMapping = CommandMapping(), frame_id: str = 'world',
+                           epoch_ns: int = EPOCH_NS, gap_s: float = 1.0,
+                           typestore: str = 'jazzy', progress: bool = False) -> int:
+    """
+    Write car trajectories (observations [x, y, yaw], actions [throttle, steering]).
+
+    Poses as PoseStamped (z = 0, quaternion from yaw) on pose_topic; commands as
+    command_type (TwistStamped, Twist or Joy, per `mapping`) on command_topic at the same
+    times. Returns the number of messages.
+    """
+    if command_type not in (TWIST, TWIST_STAMPED, JOY):
+        raise ValueError(f'command_type must be Twist, TwistStamped or Joy, got {command_type}')
+    stamps = _stamps(trajectories, epoch_ns, gap_s)
+    with BagWriter(path, storage, typestore) as bag:
+        for trajectory, stamp_ns in zip(trajectories, stamps):
+            if trajectory.observations is None or trajectory.actions is None:
+                raise ValueError(f'{trajectory.source}: needs observations and actions')
+            quaternions = quaternion_from_yaw(trajectory.observations[:, 2])
+            for i, t_ns in enumerate(tqdm(stamp_ns.tolist(), disable=not progress,
+                                          unit='sample', desc='write', leave=False)):
+                x, y = trajectory.observations[i, :2]
+                bag.write(pose_topic, POSE_STAMPED, t_ns,
+                          bag.pose_stamped(t_ns, (x, y, 0.0), quaternions[i], frame_id))
+                throttle, steering = trajectory.actions[i]
+                if command_type == TWIST_STAMPED:
+                    msg = bag.twist_stamped(t_ns, throttle, steering, mapping)
+                elif command_type == TWIST:
+                    msg = bag.twist(throttle, steering, mapping)
+                else:
+                    msg = bag.joy(t_ns, throttle, steering, mapping)
+                bag.write(command_topic, command_type, t_ns, msg)
+        return bag.count
+
+
+def write_topic_arrays(path: PathLike, topics: Sequence[TopicArrays], storage: str = 'mcap',
+                       typestore: str = 'jazzy',
+                       mapping: CommandMapping = CommandMapping()) -> int:
+    """
+    Write `TopicArrays` back as messages, merged by receive time (the inverse of read_topic).
+
+    Arrays read from a bag re-write to identical message bytes, except fields that reading
+    drops (frame ids of JointState and TwistStamped, Joy buttons and unmapped axes).
+    """
+    def rows(index: int, arrays: TopicArrays):
+        for i in range(len(arrays)):
+            yield int(arrays.receive_ns[i]), index, i
+
+    with BagWriter(path, storage, typestore) as bag:
+        for receive_ns, index, i in heapq.merge(*(rows(k, a) for k, a in enumerate(topics))):
+            arrays = topics[index]
+            f = {name: value[i] for name, value in arrays.fields.items()}
+            stamp_ns = int(arrays.stamp_ns[i])
+            if arrays.msgtype == JOINT_STATE:
+                msg = bag.joint_state(stamp_ns, arrays.joint_names, f.get('position'),
+                                      f.get('velocity'), f.get('effort'), arrays.frame_id)
+            elif arrays.msgtype == POSE_STAMPED:
+                msg = bag.pose_stamped(stamp_ns, f['position'], f['quaternion'],
+                                       arrays.frame_id)
+            elif arrays.msgtype == FLOAT64_MULTI_ARRAY:
+                msg = bag.float64_array(f['data'])
+            elif arrays.msgtype == TWIST:
+                msg = bag.twist(f['throttle'], f['steering'], mapping)
+            elif arrays.msgtype == TWIST_STAMPED:
+                msg = bag.twist_stamped(stamp_ns, f['throttle'], f['steering'], mapping)
+            else:
+                msg = bag.joy(stamp_ns, f['throttle'], f['steering'], mapping)
+            bag.write(arrays.topic, arrays.msgtype, receive_ns, msg)
+        return bag.count
+
+
+def _select(items: Sequence, item: Optional[str], what: str) -> List:
+    """Pick items by 'all', an index 'k' or a slice 'a:b' (as Python indexing)."""
+    if item in (None, 'all'):
+        return list(items)
+    try:
+        if ':' in item:
+            start, stop = (int(v) if v else None for v in item.split(':', 1))
+            chosen = list(items)[start:stop]
+        else:
+            chosen = [list(items)[int(item)]]
+    except (ValueError, IndexError):
+        raise ValueError(f"bad {what} selection '{item}': use all, an index k or a slice "
+                         f'a:b (there are {len(items)})') from None
+    if not chosen:
+        raise ValueError(f"{what} selection '{item}' is empty")
+    return chosen
+
+
+def load_dataset(name: str, item: Optional[str] = None,
+                 root: Optional[Path] = None) -> List[Trajectory]:
+    """
+    Load trajectories of a shared dataset for conversion to a bag.
+
+    kinova: item is a CSV file name in kinova_gen3/ or 'train' (default) / 'test';
+    pneumatic: episodes 'all' (default), an index or a slice 'a:b' in file-name order;
+    schunk: runs 'all' (default), an index or a slice over the sorted run numbers;
+    rc_car: Vicon files 'all' (default), an index or slice, or a CSV file name.
+    """
+    if name == 'kinova':
+        if item in (None, 'train', 'test'):
+            train, test = datasets.load_kinova_split(root=root)
+            return test if item == 'test' else train
+        folder = Path(root or datasets.shared_data_dir()) / 'kinova_gen3'
+        if not (folder / item).is_file():
+            names = sorted(p.name for p in folder.glob('*.csv'))
+            raise ValueError(f"kinova item '{item}' is not train, test or one of {names}")
+        return [datasets.load_kinova(folder / item)]
+    if name == 'pneumatic':
+        all_episodes = datasets.load_pneumatic(root=root)
+        return _select(all_episodes, item, 'pneumatic episode')
+    if name == 'schunk':
+        folder = Path(root or datasets.shared_data_dir()) / 'schunk_lwa4p'
+        runs = sorted(int(p.name.split('_')[1]) for p in folder.glob('measurement_*'))
+        return datasets.load_schunk(root=root, runs=_select(runs, item, 'schunk run'))
+    if name == 'rc_car':
+        files = datasets.rc_car_files(root)
+        by_name = [f for f in files if item is not None and f.name == item]
+        chosen = by_name or _select(files, item, 'rc_car file')
+        return [datasets.load_rc_car(path) for path in chosen]
+    raise ValueError(f"unknown dataset '{name}', choose from {list(DATASETS)}")
+
+
+def dataset_to_bag(name: str, out: PathLike, item: Optional[str] = None,
+                   storage: str = 'mcap', command_type: str = TWIST_STAMPED,
+                   typestore: str = 'jazzy', root: Optional[Path] = None,
+                   progress: bool = False) -> int:
+    """
+    Convert a shared dataset to a bag with the topics of docs/data.md; return the count.
+
+    kinova: /joint_states (position, velocity, effort = the 'Torque' columns).
+    pneumatic: /joint_states (position) + cumulative pressure actions on
+    /pressure_controller/commands. schunk: /joint_states (position, velocity) + motor
+    torques on /effort_controller/commands. rc_car: PoseStamped on /vrpn_mocap/rc_car/pose
+    + commands (command_type) on /cmd.
+    """
+    trajectories = load_dataset(name, item, root)
+    if name == 'kinova':
+        return write_joint_trajectories(out, trajectories, storage, typestore=typestore,
+                                        progress=progress)
+    if name == 'rc_car':
+        return write_car_trajectories(out, trajectories, storage, command_type=command_type,
+                                      typestore=typestore, progress=progress)
+    command_topic = PNEUMATIC_COMMAND_TOPIC if name == 'pneumatic' else SCHUNK_COMMAND_TOPIC
+    return write_joint_trajectories(out, trajectories, storage, command_topic=command_topic,
+                                    effort=False, typestore=typestore, progress=progress)

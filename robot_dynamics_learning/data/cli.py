@@ -1,0 +1,162 @@
+"""`rdl bag ...` and `rdl data ...`: inspect and export rosbag2 files, turn datasets into bags."""
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+from robot_dynamics_learning.data import bag_io
+from robot_dynamics_learning.data.messages import CommandMapping, FieldNeed, TWIST, TWIST_STAMPED
+
+FIELD_NEEDS = [need.value for need in FieldNeed]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `bag` and `data` command groups to `rdl`."""
+    bag = subparsers.add_parser(
+        'bag', help='inspect and export rosbag2 recordings (sqlite3 or MCAP, no ROS needed)')
+    bag_commands = bag.add_subparsers(dest='bag_command', metavar='BAG_COMMAND', required=True)
+
+    info = bag_commands.add_parser(
+        'info', help='topics, types, counts, duration and rates of a bag',
+        description='Summarise a rosbag2 folder: per topic its type, message count, '
+                    'duration and mean rate (from receive times).')
+    info.add_argument('bag', metavar='BAG', type=Path, help='rosbag2 folder')
+    _typestore_option(info)
+    info.set_defaults(func=_bag_info)
+
+    export = bag_commands.add_parser(
+        'export', help='one topic to .npz or .csv arrays',
+        description='Read one topic (JointState, PoseStamped, Twist, TwistStamped, Joy or '
+                    'Float64MultiArray) into arrays, skipping invalid messages (counted by '
+                    'reason), and write them as .npz or .csv. Columns: stamp_ns (header stamp, '
+                    'or receive time for types without a header), receive_ns, then the '
+                    'fields (see docs/data.md).')
+    export.add_argument('bag', metavar='BAG', type=Path, help='rosbag2 folder')
+    export.add_argument('--topic', required=True, help='topic to export, e.g. /joint_states')
+    export.add_argument('--format', choices=('npz', 'csv'), default='npz',
+                        help='output format (default npz)')
+    export.add_argument('--out', required=True, type=Path, help='output file')
+    export.add_argument('--joints', nargs='+', metavar='NAME',
+                        help='JointState: joints to keep, in this order (default: the first '
+                             "message's names)")
+    for name, default in (('position', 'required'), ('velocity', 'optional'),
+                          ('effort', 'optional')):
+        export.add_argument(f'--{name}', choices=FIELD_NEEDS, default=default,
+                            help=f'JointState {name}: ignore, optional (used when in every '
+                                 f'message) or required (messages without it are skipped); '
+                                 f'default {default}')
+    export.add_argument('--throttle-axis', type=int, default=1, help='Joy throttle axis (1)')
+    export.add_argument('--steering-axis', type=int, default=3, help='Joy steering axis (3)')
+    export.add_argument('--throttle-scale', type=float, default=1.0,
+                        help='throttle = scale * Twist linear.x or Joy axis (1.0)')
+    export.add_argument('--steering-scale', type=float, default=1.0,
+                        help='steering = scale * Twist angular.z or Joy axis (1.0)')
+    _typestore_option(export)
+    export.set_defaults(func=_bag_export)
+
+    data = subparsers.add_parser('data', help='convert the shared datasets')
+    data_commands = data.add_subparsers(dest='data_command', metavar='DATA_COMMAND',
+                                        required=True)
+    to_bag = data_commands.add_parser(
+        'to-bag', help='write a shared dataset as a rosbag2',
+        description='Convert a shared dataset (../shared/data or $RDL_DATA_DIR) into a '
+                    'version-8 rosbag2 with real ROS topics, stamps from the data time base '
+                    'starting at 2023-11-14T22:13:20Z; several files/episodes follow each '
+                    'other 1 s apart. kinova: /joint_states (position, velocity, effort = '
+                    'Torque). pneumatic: /joint_states (position) + cumulative pressure '
+                    'actions (Float64MultiArray) on /pressure_controller/commands. schunk: '
+                    '/joint_states (position, velocity) + motor torques on '
+                    '/effort_controller/commands. rc_car: PoseStamped on '
+                    '/vrpn_mocap/rc_car/pose + commands on /cmd (linear.x = throttle, '
+                    'angular.z = steering).')
+    to_bag.add_argument('dataset', metavar='DATASET', choices=bag_io.DATASETS,
+                        help=f'one of {", ".join(bag_io.DATASETS)}')
+    to_bag.add_argument('--item', help='kinova: a CSV file name, train (default) or test; '
+                                       'pneumatic, schunk, rc_car: all (default), an index '
+                                       'k or a slice a:b (rc_car also a CSV file name)')
+    to_bag.add_argument('--out', required=True, type=Path, help='bag folder to create')
+    to_bag.add_argument('--storage', choices=sorted(bag_io.STORAGES), default='mcap',
+                        help='storage plugin (default mcap)')
+    to_bag.add_argument('--twist-unstamped', action='store_true',
+                        help='rc_car: geometry_msgs/Twist instead of TwistStamped on /cmd')
+    _typestore_option(to_bag, help_text='message definitions to embed (default jazzy)')
+    to_bag.set_defaults(func=_data_to_bag)
+
+
+def _typestore_option(parser: argparse.ArgumentParser,
+                      help_text: str = 'types for bags without embedded definitions '
+                                       '(default jazzy)') -> None:
+    parser.add_argument('--typestore', choices=sorted(bag_io.TYPESTORES), default='jazzy',
+                        help=help_text)
+
+
+def _bag_info(args: argparse.Namespace) -> int:
+    info = bag_io.bag_info(args.bag, args.typestore)
+    print(f'bag:      {info.path} ({info.storage})')
+    print(f'messages: {info.message_count}')
+    print(f'duration: {info.duration_s:.3f} s (start {info.start_ns} ns)')
+    width = max([len(t.topic) for t in info.topics] + [5])
+    type_width = max([len(t.msgtype) for t in info.topics] + [4])
+    print(f'{"topic":<{width}}  {"type":<{type_width}}  {"count":>8}  {"duration_s":>10}  '
+          f'{"rate_hz":>9}')
+    for t in info.topics:
+        print(f'{t.topic:<{width}}  {t.msgtype:<{type_width}}  {t.count:>8}  '
+              f'{t.duration_s:>10.3f}  {t.rate_hz:>9.2f}')
+    return 0
+
+
+def _columns(arrays: bag_io.TopicArrays):
+    """Yield (column name, (T,) values) for the CSV export."""
+    for name, values in arrays.fields.items():
+        if values.ndim == 1:
+            yield name, values
+        elif name in ('position', 'velocity', 'effort') and arrays.joint_names:
+            for k, joint in enumerate(arrays.joint_names):
+                yield f'{name}_{joint}', values[:, k]
+        else:
+            labels = {'position': 'xyz', 'quaternion': 'xyzw'}.get(name)
+            for k in range(values.shape[1]):
+                suffix = labels[k] if labels else str(k)
+                yield f'{name}_{suffix}', values[:, k]
+
+
+def _bag_export(args: argparse.Namespace) -> int:
+    mapping = CommandMapping(args.throttle_axis, args.steering_axis, args.throttle_scale,
+                             args.steering_scale)
+    arrays = bag_io.read_topic(args.bag, args.topic, joint_names=args.joints,
+                               position=FieldNeed(args.position),
+                               velocity=FieldNeed(args.velocity),
+                               effort=FieldNeed(args.effort), mapping=mapping,
+                               typestore=args.typestore, progress=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.format == 'npz':
+        meta = {'topic': arrays.topic, 'msgtype': arrays.msgtype,
+                'stamp_source': arrays.stamp_source, 'frame_id': arrays.frame_id,
+                'rejections': arrays.rejections}
+        np.savez(args.out, stamp_ns=arrays.stamp_ns, receive_ns=arrays.receive_ns,
+                 joint_names=np.array(arrays.joint_names, dtype=str), meta=json.dumps(meta),
+                 **arrays.fields)
+    else:
+        columns = list(_columns(arrays))
+        with open(args.out, 'w', newline='') as handle:
+            writer = csv.writer(handle)
+            writer.writerow(['stamp_ns', 'receive_ns'] + [name for name, _ in columns])
+            for i in range(len(arrays)):
+                writer.writerow([int(arrays.stamp_ns[i]), int(arrays.receive_ns[i])]
+                                + [repr(float(values[i])) for _, values in columns])
+    print(f'{args.topic} ({arrays.msgtype}): {len(arrays)} messages -> {args.out}; '
+          f'{arrays.rejections}')
+    return 0
+
+
+def _data_to_bag(args: argparse.Namespace) -> int:
+    if args.out.exists():
+        raise ValueError(f'{args.out} exists already; bags are never overwritten')
+    count = bag_io.dataset_to_bag(
+        args.dataset, args.out, item=args.item, storage=args.storage,
+        command_type=TWIST if args.twist_unstamped else TWIST_STAMPED,
+        typestore=args.typestore, progress=True)
+    print(f'{args.dataset}: wrote {count} messages to {args.out} ({args.storage})')
+    return 0

@@ -1,0 +1,439 @@
+"""
+Validated, duck-typed conversion of ROS messages to numpy (no rclpy needed).
+
+The parsers read any object with the message's attributes: rclpy message classes in the
+nodes and rosbags message classes in the bag reader, so live and recorded data pass the same
+checks. A parser never raises on a bad message: it returns a `Result` with a `Reason` and
+counts it in its `RejectionCounter`, because a node callback must skip bad input, not crash.
+
+Units are those of the messages (SI: rad, rad/s, N m, m); stamps are integer nanoseconds.
+"""
+from dataclasses import dataclass
+import enum
+import math
+from typing import Dict, Generic, Optional, Sequence, Tuple, TypeVar
+
+import numpy as np
+
+JOINT_STATE = 'sensor_msgs/msg/JointState'
+POSE_STAMPED = 'geometry_msgs/msg/PoseStamped'
+TWIST = 'geometry_msgs/msg/Twist'
+TWIST_STAMPED = 'geometry_msgs/msg/TwistStamped'
+JOY = 'sensor_msgs/msg/Joy'
+FLOAT64_MULTI_ARRAY = 'std_msgs/msg/Float64MultiArray'
+COMMAND_TYPES = (TWIST, TWIST_STAMPED, JOY)
+SUPPORTED_TYPES = (JOINT_STATE, POSE_STAMPED, TWIST, TWIST_STAMPED, JOY, FLOAT64_MULTI_ARRAY)
+
+T = TypeVar('T')
+
+
+class Reason(str, enum.Enum):
+    """Why a message was rejected; the values are short stable strings for logs and JSON."""
+
+    MALFORMED = 'malformed'              # an attribute is missing or of the wrong type
+    NON_FINITE = 'non_finite'            # NaN or inf in a value that is used
+    ARRAY_LENGTH = 'array_length'        # a non-empty array whose length differs from `name`
+    DUPLICATE_JOINT = 'duplicate_joint'  # a joint name appears twice in `name`
+    MISSING_JOINT = 'missing_joint'      # an expected joint is not in `name`
+    MISSING_FIELD = 'missing_field'      # a required array (position/velocity/effort) is empty
+    ZERO_STAMP = 'zero_stamp'            # header stamp is 0 (publisher never set it)
+    STAMP_BACKWARDS = 'stamp_backwards'  # stamp earlier than the last accepted one
+    STAMP_REPEATED = 'stamp_repeated'    # stamp equal to the last accepted one
+    BAD_QUATERNION = 'bad_quaternion'    # orientation norm far from 1
+    MISSING_AXIS = 'missing_axis'        # Joy has fewer axes than the mapping needs
+    WRONG_SIZE = 'wrong_size'            # Float64MultiArray of unexpected length
+
+
+@dataclass(frozen=True)
+class Result(Generic[T]):
+    """A parsed value, or the reason (and a human-readable detail) it was rejected."""
+
+    value: Optional[T] = None
+    reason: Optional[Reason] = None
+    detail: str = ''
+
+    @property
+    def ok(self) -> bool:
+        """Return True when the message was accepted."""
+        return self.reason is None
+
+
+def _reject(reason: Reason, detail: str) -> Result:
+    return Result(reason=reason, detail=detail)
+
+
+class RejectionCounter:
+    """Counts accepted messages and rejections per reason; keeps the latest detail per reason."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.rejected: Dict[Reason, int] = {}
+        self.last_detail: Dict[Reason, str] = {}
+
+    def count(self, result: Result) -> Result:
+        """Record one result and return it unchanged."""
+        if result.reason is None:
+            self.accepted += 1
+        else:
+            self.rejected[result.reason] = self.rejected.get(result.reason, 0) + 1
+            self.last_detail[result.reason] = result.detail
+        return result
+
+    @property
+    def total_rejected(self) -> int:
+        """Return the number of rejected messages over all reasons."""
+        return sum(self.rejected.values())
+
+    def as_dict(self) -> Dict[str, int]:
+        """Return {'accepted': n, '<reason>': n, ...} with reasons as their string values."""
+        out = {'accepted': self.accepted}
+        out.update({reason.value: n for reason, n in sorted(self.rejected.items())})
+        return out
+
+    def summary(self) -> str:
+        """One line for logs, e.g. 'accepted 99, rejected 1 (non_finite 1)'."""
+        reasons = ', '.join(f'{r.value} {n}' for r, n in sorted(self.rejected.items()))
+        text = f'accepted {self.accepted}, rejected {self.total_rejected}'
+        return f'{text} ({reasons})' if reasons else text
+
+
+class FieldNeed(str, enum.Enum):
+    """How a parser treats one JointState array (position, velocity or effort)."""
+
+    IGNORE = 'ignore'        # never read or checked
+    OPTIONAL = 'optional'    # used when non-empty; an empty array gives None
+    REQUIRED = 'required'    # an empty array rejects the message (Reason.MISSING_FIELD)
+
+
+def stamp_to_ns(stamp: object) -> int:
+    """Return a builtin_interfaces/Time (sec, nanosec) as integer nanoseconds."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+class StampCheck:
+    """
+    Stateful check that header stamps are non-zero and move forward.
+
+    Only accepted stamps advance the state, so one bad message does not poison the next.
+    Call `reset()` when time legitimately jumps back (bag loop, simulation reset).
+    """
+
+    def __init__(self, allow_repeated: bool = False) -> None:
+        self.allow_repeated = allow_repeated
+        self.last_ns: Optional[int] = None
+
+    def check(self, stamp_ns: int) -> Optional[Result]:
+        """Return None when stamp_ns is acceptable, else the rejection."""
+        if stamp_ns == 0:
+            return _reject(Reason.ZERO_STAMP, 'header stamp is 0')
+        if self.last_ns is not None:
+            if stamp_ns < self.last_ns:
+                return _reject(Reason.STAMP_BACKWARDS,
+                               f'stamp {stamp_ns} ns < previous {self.last_ns} ns')
+            if stamp_ns == self.last_ns and not self.allow_repeated:
+                return _reject(Reason.STAMP_REPEATED, f'stamp {stamp_ns} ns repeated')
+        return None
+
+    def accept(self, stamp_ns: int) -> None:
+        """Advance the state to an accepted stamp."""
+        self.last_ns = stamp_ns
+
+    def reset(self) -> None:
+        """Forget the last stamp."""
+        self.last_ns = None
+
+
+class _Parser:
+    """Shared plumbing: exception safety, counting, and the stamp check."""
+
+    def __init__(self, check_stamps: bool, allow_repeated_stamps: bool) -> None:
+        self.counter = RejectionCounter()
+        self.stamps = StampCheck(allow_repeated_stamps) if check_stamps else None
+
+    def parse(self, msg: object) -> Result:
+        """Parse one message; never raises (a malformed object is a rejection)."""
+        try:
+            result = self._parse(msg)
+        except (AttributeError, TypeError, ValueError, IndexError) as error:
+            result = _reject(Reason.MALFORMED, f'{type(error).__name__}: {error}')
+        return self.counter.count(result)
+
+    __call__ = parse
+
+    def _parse(self, msg: object) -> Result:
+        raise NotImplementedError
+
+    def _check_stamp(self, stamp_ns: int) -> Optional[Result]:
+        return None if self.stamps is None else self.stamps.check(stamp_ns)
+
+    def _accept_stamp(self, stamp_ns: int) -> None:
+        if self.stamps is not None:
+            self.stamps.accept(stamp_ns)
+
+    def reset(self) -> None:
+        """Forget stamp history (counts are kept)."""
+        if self.stamps is not None:
+            self.stamps.reset()
+
+
+@dataclass(frozen=True)
+class JointSample:
+    """One JointState in the parser's joint order: arrays (n,) or None where not present."""
+
+    stamp_ns: int
+    position: Optional[np.ndarray]
+    velocity: Optional[np.ndarray]
+    effort: Optional[np.ndarray]
+
+
+class JointStateParser(_Parser):
+    """
+    sensor_msgs/JointState -> `JointSample`, joints matched by name, never by index.
+
+    joint_names fixes the output order; extra joints in a message are ignored (their values
+    are not checked); None adopts the name list of the first message with a valid one. Each
+    array is handled per its `FieldNeed`. Rejections: duplicate or missing joints, a non-empty
+    array whose length differs from `name`, a required array empty, NaN/inf in a used value,
+    zero or non-increasing header stamps (when check_stamps).
+    """
+
+    FIELDS = ('position', 'velocity', 'effort')
+
+    def __init__(self, joint_names: Optional[Sequence[str]] = None,
+                 position: FieldNeed = FieldNeed.REQUIRED,
+                 velocity: FieldNeed = FieldNeed.OPTIONAL,
+                 effort: FieldNeed = FieldNeed.OPTIONAL,
+                 check_stamps: bool = True, allow_repeated_stamps: bool = False) -> None:
+        super().__init__(check_stamps, allow_repeated_stamps)
+        if joint_names is not None:
+            joint_names = [str(name) for name in joint_names]
+            if len(set(joint_names)) != len(joint_names) or not joint_names:
+                raise ValueError(f'joint_names must be unique and non-empty: {joint_names}')
+        self.joint_names = joint_names
+        self.needs = {'position': FieldNeed(position), 'velocity': FieldNeed(velocity),
+                      'effort': FieldNeed(effort)}
+        if all(need == FieldNeed.IGNORE for need in self.needs.values()):
+            raise ValueError('at least one of position, velocity, effort must be used')
+        # Message name tuple -> index array (or a rejection); messages usually repeat one order.
+        self._index_cache: Dict[Tuple[str, ...], object] = {}
+
+    def _indices(self, names: Tuple[str, ...]) -> object:
+        cached = self._index_cache.get(names)
+        if cached is not None:
+            return cached
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            result: object = _reject(Reason.DUPLICATE_JOINT, f'duplicated joints {dup}')
+        else:
+            lookup = {name: i for i, name in enumerate(names)}
+            missing = [n for n in self.joint_names if n not in lookup]
+            if missing:
+                result = _reject(Reason.MISSING_JOINT, f'missing joints {missing}')
+            else:
+                result = np.array([lookup[n] for n in self.joint_names], dtype=np.intp)
+        if len(self._index_cache) < 64:
+            self._index_cache[names] = result
+        return result
+
+    def _parse(self, msg: object) -> Result:
+        names = tuple(msg.name)
+        if self.joint_names is None:
+            if not names or len(set(names)) != len(names):
+                return _reject(Reason.DUPLICATE_JOINT if names else Reason.MISSING_JOINT,
+                               f'cannot adopt joint names {list(names)}')
+            self.joint_names = [str(n) for n in names]
+        index = self._indices(names)
+        if isinstance(index, Result):
+            return index
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        bad_stamp = self._check_stamp(stamp_ns)
+        if bad_stamp is not None and bad_stamp.reason == Reason.ZERO_STAMP:
+            return bad_stamp
+        values = {}
+        for field in self.FIELDS:
+            need = self.needs[field]
+            if need == FieldNeed.IGNORE:
+                values[field] = None
+                continue
+            raw = np.asarray(getattr(msg, field), dtype=np.float64)
+            if raw.ndim != 1:
+                return _reject(Reason.MALFORMED, f'{field} is not a 1-D array')
+            if raw.size == 0:
+                if need == FieldNeed.REQUIRED:
+                    return _reject(Reason.MISSING_FIELD, f'{field} is empty')
+                values[field] = None
+                continue
+            if raw.size != len(names):
+                return _reject(Reason.ARRAY_LENGTH,
+                               f'{field} has {raw.size} values for {len(names)} names')
+            selected = raw[index]
+            if not np.isfinite(selected).all():
+                return _reject(Reason.NON_FINITE, f'{field} has non-finite values')
+            values[field] = selected
+        if bad_stamp is not None:
+            return bad_stamp
+        self._accept_stamp(stamp_ns)
+        return Result(JointSample(stamp_ns, values['position'], values['velocity'],
+                                  values['effort']))
+
+
+def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:
+    """
+    Return the yaw (rad, in (-pi, pi]) of quaternion [x, y, z, w] (ZYX Euler order).
+
+    The homogeneous form atan2(2(wz + xy), w^2 + x^2 - y^2 - z^2) ignores the norm, so a
+    slightly non-unit quaternion gives the yaw of its normalised version.
+    """
+    return math.atan2(2.0 * (w * z + x * y), w * w + x * x - y * y - z * z)
+
+
+def quaternion_from_yaw(yaw: np.ndarray) -> np.ndarray:
+    """Return (..., 4) unit quaternions [x, y, z, w] for rotations by yaw (rad) about z."""
+    yaw = np.asarray(yaw, dtype=np.float64)
+    out = np.zeros(yaw.shape + (4,))
+    out[..., 2] = np.sin(0.5 * yaw)
+    out[..., 3] = np.cos(0.5 * yaw)
+    return out
+
+
+@dataclass(frozen=True)
+class PoseSample:
+    """A PoseStamped: position (3,) in m, quaternion (4,) [x, y, z, w] as sent, yaw in rad."""
+
+    stamp_ns: int
+    frame_id: str
+    position: np.ndarray
+    quaternion: np.ndarray
+    yaw: float
+
+
+class PoseParser(_Parser):
+    """
+    geometry_msgs/PoseStamped -> `PoseSample` (frame as in the message).
+
+    The quaternion's norm must be within quaternion_tolerance of 1 (a zero or garbage
+    orientation is rejected, not normalised into a wrong yaw); it is kept as sent, so poses
+    round-trip through bags bit-exactly.
+    """
+
+    def __init__(self, check_stamps: bool = True, allow_repeated_stamps: bool = False,
+                 quaternion_tolerance: float = 1e-2) -> None:
+        super().__init__(check_stamps, allow_repeated_stamps)
+        self.quaternion_tolerance = float(quaternion_tolerance)
+
+    def _parse(self, msg: object) -> Result:
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        bad_stamp = self._check_stamp(stamp_ns)
+        if bad_stamp is not None and bad_stamp.reason == Reason.ZERO_STAMP:
+            return bad_stamp
+        p, o = msg.pose.position, msg.pose.orientation
+        position = np.array([p.x, p.y, p.z], dtype=np.float64)
+        quaternion = np.array([o.x, o.y, o.z, o.w], dtype=np.float64)
+        if not (np.isfinite(position).all() and np.isfinite(quaternion).all()):
+            return _reject(Reason.NON_FINITE, 'pose has non-finite values')
+        norm = float(np.sqrt(quaternion @ quaternion))
+        if abs(norm - 1.0) > self.quaternion_tolerance:
+            return _reject(Reason.BAD_QUATERNION, f'quaternion norm {norm:.6g}')
+        if bad_stamp is not None:
+            return bad_stamp
+        self._accept_stamp(stamp_ns)
+        return Result(PoseSample(stamp_ns, str(msg.header.frame_id), position, quaternion,
+                                 yaw_from_quaternion(*quaternion)))
+
+
+@dataclass(frozen=True)
+class CommandMapping:
+    """
+    How Twist, TwistStamped and Joy map to the car command (throttle, steering).
+
+    Twist: throttle = throttle_scale * linear.x, steering = steering_scale * angular.z.
+    Joy: throttle = throttle_scale * axes[throttle_axis], steering likewise with
+    steering_axis. With scales 1 the command is the normalised DART one: throttle in [0, 1],
+    steering in [-1, 1].
+    """
+
+    throttle_axis: int = 1
+    steering_axis: int = 3
+    throttle_scale: float = 1.0
+    steering_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Reject mappings that could only produce wrong commands."""
+        for name in ('throttle_axis', 'steering_axis'):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        for name in ('throttle_scale', 'steering_scale'):
+            value = float(getattr(self, name))
+            if not math.isfinite(value) or value == 0.0:
+                raise ValueError(f'{name} must be finite and non-zero, got {value}')
+
+
+@dataclass(frozen=True)
+class CarCommand:
+    """A car command; stamp_ns is None for unstamped Twist (use the receive time)."""
+
+    stamp_ns: Optional[int]
+    throttle: float
+    steering: float
+
+
+class CarCommandParser(_Parser):
+    """Twist, TwistStamped or Joy (told apart by their attributes) -> `CarCommand`."""
+
+    def __init__(self, mapping: CommandMapping = CommandMapping(), check_stamps: bool = True,
+                 allow_repeated_stamps: bool = False) -> None:
+        super().__init__(check_stamps, allow_repeated_stamps)
+        self.mapping = mapping
+
+    def _parse(self, msg: object) -> Result:
+        m = self.mapping
+        stamp_ns = None
+        if hasattr(msg, 'header'):
+            stamp_ns = stamp_to_ns(msg.header.stamp)
+            bad_stamp = self._check_stamp(stamp_ns)
+            if bad_stamp is not None and bad_stamp.reason == Reason.ZERO_STAMP:
+                return bad_stamp
+        if hasattr(msg, 'axes'):
+            axes = np.asarray(msg.axes, dtype=np.float64)
+            need = max(m.throttle_axis, m.steering_axis) + 1
+            if axes.ndim != 1 or axes.size < need:
+                return _reject(Reason.MISSING_AXIS, f'Joy has {axes.size} axes, need {need}')
+            raw_throttle, raw_steering = axes[m.throttle_axis], axes[m.steering_axis]
+        else:
+            twist = msg.twist if hasattr(msg, 'twist') else msg
+            raw_throttle, raw_steering = float(twist.linear.x), float(twist.angular.z)
+        throttle = float(m.throttle_scale * raw_throttle)
+        steering = float(m.steering_scale * raw_steering)
+        if not (math.isfinite(throttle) and math.isfinite(steering)):
+            return _reject(Reason.NON_FINITE, 'command has non-finite values')
+        if stamp_ns is not None:
+            if bad_stamp is not None:
+                return bad_stamp
+            self._accept_stamp(stamp_ns)
+        return Result(CarCommand(stamp_ns, throttle, steering))
+
+
+class ArrayParser(_Parser):
+    """
+    std_msgs/Float64MultiArray -> (m,) float64 array (after layout.data_offset).
+
+    size, when given, is the required length (e.g. the number of joints of an effort
+    controller). The message has no header, so there is no stamp check.
+    """
+
+    def __init__(self, size: Optional[int] = None) -> None:
+        super().__init__(check_stamps=False, allow_repeated_stamps=False)
+        if size is not None and size < 1:
+            raise ValueError(f'size must be >= 1, got {size}')
+        self.size = size
+
+    def _parse(self, msg: object) -> Result:
+        offset = int(msg.layout.data_offset)
+        data = np.array(msg.data, dtype=np.float64)[offset:]
+        if data.ndim != 1:
+            return _reject(Reason.MALFORMED, 'data is not a 1-D array')
+        if self.size is not None and data.size != self.size:
+            return _reject(Reason.WRONG_SIZE, f'{data.size} values, expected {self.size}')
+        if not np.isfinite(data).all():
+            return _reject(Reason.NON_FINITE, 'data has non-finite values')
+        return Result(data)

@@ -1,0 +1,299 @@
+"""
+bag_player: play a rosbag2 onto ROS topics without a ROS install (rosbags + rclpy).
+
+Messages are published as the bag's raw CDR bytes (no deserialisation), at the bag's receive
+timing scaled by `rate`, optionally looping and publishing /clock. Reading runs in its own
+thread, so the executor stays free. Also here: `JointStateCollector`, the matching receiver
+that the demo and the tests use to record what arrives.
+"""
+import importlib
+import os
+from pathlib import Path
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+import rclpy
+from rclpy.context import Context
+from rclpy.duration import Duration
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from robot_dynamics_learning.data.bag_io import open_bag, TopicArrays, TYPESTORES
+from robot_dynamics_learning.data.messages import JOINT_STATE, JointStateParser
+from robot_dynamics_learning.nodes.conversions import clock_msg
+from robot_dynamics_learning.nodes.runtime import spin_node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+
+
+def message_class(msgtype: str) -> type:
+    """Return the rclpy class of 'pkg/msg/Type' (its Python package must be installed)."""
+    package, _, name = msgtype.split('/')
+    try:
+        return getattr(importlib.import_module(f'{package}.msg'), name)
+    except (ImportError, AttributeError):
+        raise ValueError(f'message type {msgtype} is not installed for rclpy') from None
+
+
+class BagPlayer(Node):
+    """Publishes a bag's messages with their original spacing divided by `rate`."""
+
+    def __init__(self) -> None:
+        super().__init__('bag_player')
+        self.declare_parameter('bag', '', ParameterDescriptor(
+            description='rosbag2 folder to play (sqlite3 or MCAP)', read_only=True))
+        self.declare_parameter('rate', 1.0, ParameterDescriptor(
+            description='playback speed factor: 2.0 plays twice as fast', read_only=True,
+            floating_point_range=[FloatingPointRange(from_value=0.01, to_value=1000.0)]))
+        self.declare_parameter('loop', False, ParameterDescriptor(
+            description='start again from the beginning at the end', read_only=True))
+        self.declare_parameter('publish_clock', False, ParameterDescriptor(
+            description='publish the bag time on /clock (for use_sim_time nodes)',
+            read_only=True))
+        self.declare_parameter('clock_frequency', 100.0, ParameterDescriptor(
+            description='most /clock messages per second of bag time (Hz)', read_only=True,
+            floating_point_range=[FloatingPointRange(from_value=1.0, to_value=10000.0)]))
+        self.declare_parameter('topics', [''], ParameterDescriptor(
+            description="topics to play; [''] plays every topic", read_only=True))
+        self.declare_parameter('start_offset', 0.0, ParameterDescriptor(
+            description='skip this many seconds from the start of the bag', read_only=True,
+            floating_point_range=[FloatingPointRange(from_value=0.0, to_value=1e9)]))
+        self.declare_parameter('exit_at_end', True, ParameterDescriptor(
+            description='shut down after the last message (false: stay up, idle)',
+            read_only=True))
+        self.declare_parameter('wait_for_subscribers', 0, ParameterDescriptor(
+            description='before playing, wait until every played topic has this many '
+                        'subscriptions (reliable delivery from the first message)',
+            read_only=True, integer_range=[IntegerRange(from_value=0, to_value=100, step=1)]))
+        self.declare_parameter('queue_depth', 1000, ParameterDescriptor(
+            description='keep-last depth of the reliable publishers', read_only=True,
+            integer_range=[IntegerRange(from_value=1, to_value=100000, step=1)]))
+        self.declare_parameter('progress_period', 2.0, ParameterDescriptor(
+            description='seconds between progress log lines', read_only=True))
+        self.declare_parameter('typestore', 'jazzy', ParameterDescriptor(
+            description=f'types for bags without definitions: {sorted(TYPESTORES)}',
+            read_only=True))
+        p = {name: self.get_parameter(name).value for name in (
+            'bag', 'rate', 'loop', 'publish_clock', 'clock_frequency', 'topics',
+            'start_offset', 'exit_at_end', 'wait_for_subscribers', 'queue_depth',
+            'progress_period', 'typestore')}
+        if not p['bag']:
+            raise ValueError("parameter 'bag' is required: the rosbag2 folder to play")
+        self.bag = p['bag']
+        self.rate = float(p['rate'])
+        self.loop = bool(p['loop'])
+        self.exit_at_end = bool(p['exit_at_end'])
+        self.start_offset_ns = int(round(p['start_offset'] * 1e9))
+        self.clock_period_ns = int(round(1e9 / p['clock_frequency']))
+        self.wait_for_subscribers = int(p['wait_for_subscribers'])
+        self.progress_period = float(p['progress_period'])
+        self.typestore = p['typestore']
+        wanted = [t for t in p['topics'] if t]
+        qos = QoSProfile(depth=int(p['queue_depth']), reliability=ReliabilityPolicy.RELIABLE)
+        self._topic_publishers: Dict[str, object] = {}
+        with open_bag(self.bag, self.typestore) as reader:
+            available = {c.topic: c.msgtype for c in reader.connections}
+            self.duration_s = reader.duration * 1e-9
+        missing = [t for t in wanted if t not in available]
+        if missing:
+            raise ValueError(f'topics {missing} are not in {self.bag}: {sorted(available)}')
+        for topic in wanted or sorted(available):
+            self._topic_publishers[topic] = self.create_publisher(
+                message_class(available[topic]), topic, qos)
+        self._clock_pub = self.create_publisher(Clock, '/clock', 10) \
+            if p['publish_clock'] else None
+        self.published = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._play, name='bag_player', daemon=True)
+        self.get_logger().info(
+            f'playing {self.bag} ({self.duration_s:.2f} s) at rate {self.rate}: '
+            f'{sorted(self._topic_publishers)}; loop={self.loop}, clock={p["publish_clock"]}')
+        self._thread.start()
+
+    def _wait_for_subscribers(self) -> bool:
+        last_log = time.monotonic()
+        while not self._stop.is_set():
+            counts = {t: pub.get_subscription_count() for t, pub in self._topic_publishers.items()}
+            if min(counts.values()) >= self.wait_for_subscribers:
+                return True
+            if time.monotonic() - last_log > self.progress_period:
+                self.get_logger().info(f'waiting for subscribers: {counts}')
+                last_log = time.monotonic()
+            self._stop.wait(0.05)
+        return False
+
+    def _play_once(self) -> bool:
+        """Play the bag once; return False when stopped early."""
+        with open_bag(self.bag, self.typestore) as reader:
+            connections = [c for c in reader.connections if c.topic in self._topic_publishers]
+            start_ns = reader.start_time + self.start_offset_ns
+            wall_start = time.monotonic()
+            bag_start: Optional[int] = None
+            bag_last: Optional[int] = None
+            last_clock: Optional[int] = None
+            next_log = wall_start + self.progress_period
+            for connection, stamp_ns, raw in reader.messages(connections, start=start_ns):
+                if bag_start is None:
+                    bag_start = stamp_ns
+                delay = wall_start + (stamp_ns - bag_start) * 1e-9 / self.rate \
+                    - time.monotonic()
+                if delay > 0 and self._stop.wait(delay):
+                    return False
+                if self._stop.is_set():
+                    return False
+                if self._clock_pub is not None and (
+                        last_clock is None or stamp_ns - last_clock >= self.clock_period_ns):
+                    self._clock_pub.publish(clock_msg(stamp_ns))
+                    last_clock = stamp_ns
+                self._topic_publishers[connection.topic].publish(bytes(raw))
+                self.published += 1
+                bag_last = stamp_ns
+                now = time.monotonic()
+                if now >= next_log:
+                    self.get_logger().info(
+                        f'{(stamp_ns - reader.start_time) * 1e-9:.1f} / '
+                        f'{self.duration_s:.1f} s of bag time, {self.published} messages')
+                    next_log = now + self.progress_period
+        if bag_start is not None:
+            self.get_logger().info(
+                f'pass done: {(bag_last - bag_start) * 1e-9:.3f} s of bag time in '
+                f'{time.monotonic() - wall_start:.3f} s wall time')
+        return True
+
+    def _play(self) -> None:
+        try:
+            if self.wait_for_subscribers and not self._wait_for_subscribers():
+                return
+            while self._play_once() and self.loop:
+                self.get_logger().info('end of bag: looping')
+            if self._stop.is_set():
+                return
+            self.get_logger().info(f'end of bag: published {self.published} messages')
+            if self.exit_at_end:
+                # Reliable delivery needs the writers alive until readers acknowledge.
+                for topic, publisher in self._topic_publishers.items():
+                    if not publisher.wait_for_all_acked(Duration(seconds=5.0)):
+                        self.get_logger().warning(f'{topic}: not all messages acknowledged')
+                self.context.try_shutdown()
+        except Exception as error:  # noqa: B902 - report, then end the node instead of hanging
+            self.get_logger().error(f'playback failed: {error}')
+            self.context.try_shutdown()
+
+    def destroy_node(self) -> None:
+        """Stop the playback thread before the publishers go away."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+        super().destroy_node()
+
+
+class JointStateCollector:
+    """
+    Records every JointState on a topic of `node` (reliable, deep queue) as arrays.
+
+    Messages are validated by `JointStateParser` without the stamp-order check, so the
+    arrival order stays visible; receive_ns is the local wall-clock arrival time.
+    """
+
+    def __init__(self, node: Node, topic: str = '/joint_states',
+                 joint_names: Optional[Sequence[str]] = None, depth: int = 1000) -> None:
+        self.topic = topic
+        self.parser = JointStateParser(joint_names, check_stamps=False)
+        self._lock = threading.Lock()
+        self._samples: List[tuple] = []
+        qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
+        self.subscription = node.create_subscription(JointState, topic, self._on_message, qos)
+
+    def _on_message(self, msg: JointState) -> None:
+        received = time.time_ns()
+        result = self.parser.parse(msg)
+        with self._lock:
+            if result.ok:
+                self._samples.append((result.value, received))
+
+    def __len__(self) -> int:
+        """Return the number of accepted messages so far."""
+        with self._lock:
+            return len(self._samples)
+
+    def arrays(self) -> TopicArrays:
+        """Return what arrived so far as `TopicArrays` (fields present in every message)."""
+        with self._lock:
+            samples = list(self._samples)
+            rejections = self.parser.counter.as_dict()
+        fields = {}
+        for name in JointStateParser.FIELDS:
+            values = [getattr(s, name) for s, _ in samples]
+            if values and all(v is not None for v in values):
+                fields[name] = np.stack(values)
+        return TopicArrays(
+            topic=self.topic, msgtype=JOINT_STATE,
+            stamp_ns=np.array([s.stamp_ns for s, _ in samples], dtype=np.int64),
+            receive_ns=np.array([r for _, r in samples], dtype=np.int64),
+            stamp_source='header', fields=fields,
+            joint_names=list(self.parser.joint_names or []), rejections=rejections)
+
+
+def play_and_collect(bag: Path, expected: int, topic: str = '/joint_states', rate: float = 1.0,
+                     timeout: float = 60.0, log_path: Optional[Path] = None
+                     ) -> Tuple[TopicArrays, float, int]:
+    """
+    Play `bag` with the bag_player node in a child process and record `topic` here.
+
+    A collector node of this process (own context) subscribes first; the player waits for it
+    (wait_for_subscribers=1), so reliable delivery covers the first message. Returns (what
+    arrived, wall seconds from start to the last expected message or the timeout, player
+    exit code).
+    """
+    context = Context()
+    rclpy.init(context=context)
+    node = Node('playback_collector', context=context)
+    collector = JointStateCollector(node, topic)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    command = [sys.executable, '-m', 'robot_dynamics_learning.nodes.bag_player', '--ros-args',
+               '-p', f'bag:={bag}', '-p', f'rate:={float(rate)}',
+               '-p', 'wait_for_subscribers:=1', '-p', f'topics:=[{topic}]']
+    output = open(log_path, 'w') if log_path else subprocess.DEVNULL
+    start = time.monotonic()
+    player = subprocess.Popen(command, env=dict(os.environ), stdout=output,
+                              stderr=subprocess.STDOUT)
+    try:
+        while len(collector) < expected and time.monotonic() - start < timeout \
+                and (player.poll() is None or time.monotonic() - start < 1.0):
+            time.sleep(0.02)
+        if len(collector) < expected:
+            time.sleep(0.5)  # the player may have exited with messages still in flight
+        elapsed = time.monotonic() - start
+        try:
+            code = player.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            player.kill()
+            code = player.wait()
+    finally:
+        if player.poll() is None:
+            player.kill()
+            player.wait()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        spinner.join(timeout=5.0)
+        if log_path:
+            output.close()
+    return collector.arrays(), elapsed, code
+
+
+def main(args: Optional[List[str]] = None) -> None:
+    """Run the bag_player node until the bag ends (exit_at_end) or Ctrl-C."""
+    spin_node(BagPlayer, args)
+
+
+if __name__ == '__main__':
+    main()

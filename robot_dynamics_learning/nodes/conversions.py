@@ -1,0 +1,123 @@
+"""
+numpy <-> rclpy messages for the nodes.
+
+Parsing (with validation and rejection counting) lives ROS-free in `data/messages.py` and is
+re-exported here, so a node imports one module; this module adds the building of outgoing
+rclpy messages. Units as in the messages (SI); stamps are integer nanoseconds.
+"""
+import array
+from typing import Optional, Sequence
+
+from builtin_interfaces.msg import Time
+from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
+import numpy as np
+from robot_dynamics_learning.data.messages import (
+    ArrayParser, CarCommand, CarCommandParser, CommandMapping, FieldNeed, JointSample,
+    JointStateParser, PoseParser, PoseSample, quaternion_from_yaw, Reason, RejectionCounter,
+    Result, stamp_to_ns, StampCheck)
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState, Joy
+from std_msgs.msg import Float64MultiArray
+
+__all__ = [
+    'ArrayParser', 'CarCommand', 'CarCommandParser', 'CommandMapping', 'FieldNeed',
+    'JointSample', 'JointStateParser', 'PoseParser', 'PoseSample', 'Reason',
+    'RejectionCounter', 'Result', 'StampCheck', 'stamp_to_ns', 'time_msg', 'clock_msg',
+    'joint_state_msg', 'pose_stamped_msg', 'planar_pose_msg', 'twist_msg', 'twist_stamped_msg',
+    'joy_msg', 'float64_array_msg',
+]
+
+
+def time_msg(stamp_ns: int) -> Time:
+    """Return integer nanoseconds as a builtin_interfaces/Time (sec is int32: until 2038)."""
+    sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    if not -2**31 <= sec < 2**31:
+        raise ValueError(f'stamp {stamp_ns} ns does not fit builtin_interfaces/Time (int32 s)')
+    return Time(sec=sec, nanosec=nanosec)
+
+
+def clock_msg(stamp_ns: int) -> Clock:
+    """Return a rosgraph_msgs/Clock for /clock."""
+    return Clock(clock=time_msg(stamp_ns))
+
+
+def _doubles(values: Optional[np.ndarray], n: int, field: str) -> array.array:
+    """(n,) float64 -> array('d') (the fast path of the message setter); None -> empty."""
+    if values is None:
+        return array.array('d')
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    if values.shape != (n,):
+        raise ValueError(f'{field} must have shape ({n},), got {values.shape}')
+    return array.array('d', values.tobytes())
+
+
+def joint_state_msg(stamp_ns: int, names: Sequence[str], position: Optional[np.ndarray] = None,
+                    velocity: Optional[np.ndarray] = None, effort: Optional[np.ndarray] = None,
+                    frame_id: str = '') -> JointState:
+    """Build a JointState; arrays (n,) in the order of names, None gives an empty field."""
+    n = len(names)
+    msg = JointState()
+    msg.header.stamp = time_msg(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.name = [str(name) for name in names]
+    msg.position = _doubles(position, n, 'position')
+    msg.velocity = _doubles(velocity, n, 'velocity')
+    msg.effort = _doubles(effort, n, 'effort')
+    return msg
+
+
+def pose_stamped_msg(stamp_ns: int, position: Sequence[float], quaternion: Sequence[float],
+                     frame_id: str = 'world') -> PoseStamped:
+    """Build a PoseStamped from position (3,) in m and quaternion (4,) [x, y, z, w]."""
+    msg = PoseStamped()
+    msg.header.stamp = time_msg(stamp_ns)
+    msg.header.frame_id = frame_id
+    p, o = msg.pose.position, msg.pose.orientation
+    p.x, p.y, p.z = (float(v) for v in position)
+    o.x, o.y, o.z, o.w = (float(v) for v in quaternion)
+    return msg
+
+
+def planar_pose_msg(stamp_ns: int, x: float, y: float, yaw: float,
+                    frame_id: str = 'world') -> PoseStamped:
+    """Build a PoseStamped of a planar pose (x, y in m, yaw in rad about z, z = 0)."""
+    return pose_stamped_msg(stamp_ns, (x, y, 0.0), quaternion_from_yaw(yaw), frame_id)
+
+
+def twist_msg(command: CarCommand, mapping: CommandMapping = CommandMapping()) -> Twist:
+    """Car command -> Twist, the inverse of `CommandMapping`: linear.x, angular.z."""
+    msg = Twist()
+    msg.linear.x = float(command.throttle) / mapping.throttle_scale
+    msg.angular.z = float(command.steering) / mapping.steering_scale
+    return msg
+
+
+def twist_stamped_msg(stamp_ns: int, command: CarCommand,
+                      mapping: CommandMapping = CommandMapping(),
+                      frame_id: str = 'base_link') -> TwistStamped:
+    """Car command -> TwistStamped (same mapping as `twist_msg`)."""
+    msg = TwistStamped()
+    msg.header.stamp = time_msg(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.twist = twist_msg(command, mapping)
+    return msg
+
+
+def joy_msg(stamp_ns: int, command: CarCommand, mapping: CommandMapping = CommandMapping()
+            ) -> Joy:
+    """Car command -> Joy with the mapped axes set and every other axis 0."""
+    axes = [0.0] * (max(mapping.throttle_axis, mapping.steering_axis) + 1)
+    axes[mapping.throttle_axis] = float(command.throttle) / mapping.throttle_scale
+    axes[mapping.steering_axis] = float(command.steering) / mapping.steering_scale
+    msg = Joy()
+    msg.header.stamp = time_msg(stamp_ns)
+    msg.axes = axes
+    return msg
+
+
+def float64_array_msg(values: np.ndarray) -> Float64MultiArray:
+    """(m,) float64 -> Float64MultiArray with an empty layout (as ros2_control expects)."""
+    values = np.ascontiguousarray(values, dtype=np.float64).ravel()
+    msg = Float64MultiArray()
+    msg.data = array.array('d', values.tobytes())
+    return msg
