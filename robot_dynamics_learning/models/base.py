@@ -71,6 +71,13 @@ class DynamicsModel(nn.Module, abc.ABC):
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """Return (scalar loss, metrics dict of floats) for a batch of windows."""
 
+    def fit_normalization(self, batch: SequenceBatch) -> None:
+        """
+        Set the normalisation statistics held as buffers from training data.
+
+        Called once before training; the default suits models without statistics.
+        """
+
     def rollout(self, state: Any, actions: torch.Tensor) -> Prediction:
         """
         Predict (B, H, n_obs) observations for H future actions (forward models only).

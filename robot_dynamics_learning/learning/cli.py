@@ -1,0 +1,173 @@
+"""
+`rdl train` and `rdl evaluate`: offline training and evaluation of any registered model.
+
+Data: a shared dataset name ('kinova', 'pneumatic', 'schunk'; fixed train/test splits, see
+`load_split`) or a rosbag2 folder (read by `data.bag_io`). The YAML config names the model
+type, its config, the training settings and the windowing, e.g. config/models/lstm.yaml.
+"""
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+from robot_dynamics_learning.data import datasets
+from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
+                                                  forward_dynamics_windows,
+                                                  inverse_dynamics_arrays,
+                                                  inverse_dynamics_windows, whole_sequence)
+from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
+from robot_dynamics_learning.learning.metrics import (multi_step_batch, multi_step_rmse,
+                                                      nmse_per_output, predict_batches,
+                                                      rmse_per_output)
+from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
+from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.signals.offline import savgol_derivative
+import torch
+import yaml
+
+DATASETS = ('kinova', 'pneumatic', 'schunk')
+# Share of pneumatic episodes / Schunk runs (in sorted order) used for training.
+TRAIN_SHARE = 0.8
+CONFIG_KEYS = {'model_type', 'model', 'training', 'data'}
+DATA_KEYS = {'problem', 'window', 'stride', 'val_fraction', 'joint_topic', 'command_topic',
+             'acc_window_s'}
+
+
+def load_config(path: Path) -> Dict[str, Any]:
+    """Read and check a training YAML (keys model_type, model, training, data)."""
+    config = yaml.safe_load(Path(path).read_text()) or {}
+    unknown = sorted(set(config) - CONFIG_KEYS)
+    if unknown or 'model_type' not in config:
+        raise ValueError(f'{path}: needs model_type; allowed keys {sorted(CONFIG_KEYS)}, '
+                         f'unknown {unknown}')
+    data = config.setdefault('data', {})
+    unknown = sorted(set(data) - DATA_KEYS)
+    if unknown:
+        raise ValueError(f'{path}: unknown data key(s) {unknown}; allowed {sorted(DATA_KEYS)}')
+    if data.get('problem', 'inverse') not in ('inverse', 'forward'):
+        raise ValueError(f"{path}: data.problem must be 'inverse' or 'forward'")
+    return config
+
+
+def load_split(data: str, split: str, data_config: Dict[str, Any]) -> List[Trajectory]:
+    """
+    Return the trajectories of `split` ('train' or 'test') of a dataset name or bag folder.
+
+    kinova: identification files / validation files; pneumatic and schunk: first 80 % / last
+    20 % of episodes in sorted order; a bag: the whole recording for both.
+    """
+    if split not in ('train', 'test'):
+        raise ValueError(f"split must be 'train' or 'test', got '{split}'")
+    if data == 'kinova':
+        train, test = datasets.load_kinova_split()
+        return train if split == 'train' else test
+    if data in ('pneumatic', 'schunk'):
+        items = datasets.load_pneumatic() if data == 'pneumatic' else datasets.load_schunk()
+        cut = int(round(len(items) * TRAIN_SHARE))
+        return items[:cut] if split == 'train' else items[cut:]
+    path = Path(data)
+    if not path.exists():
+        raise FileNotFoundError(f"'{data}' is neither a dataset {list(DATASETS)} nor a bag")
+    from robot_dynamics_learning.data import bag_io
+    trajectory = bag_io.read_trajectory(
+        path, joint_topic=data_config.get('joint_topic', bag_io.JOINT_TOPIC),
+        command_topic=data_config.get('command_topic'))
+    if trajectory.qdd is None and trajectory.qd is not None:
+        window = float(data_config.get('acc_window_s', datasets.KINOVA_ACC_WINDOW_S))
+        trajectory.qdd = savgol_derivative(trajectory.qd, trajectory.dt, window, order=3,
+                                           deriv=1)
+    return [trajectory]
+
+
+def _problem_widths(problem: str, trajectories: List[Trajectory]) -> Tuple[int, int, int]:
+    arrays = (inverse_dynamics_arrays if problem == 'inverse' else
+              forward_dynamics_arrays)(trajectories[0])
+    return arrays[0].shape[1], arrays[1].shape[1], arrays[2].shape[1]
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train the configured model on `--data` and write checkpoint and summary to `--out`."""
+    config = load_config(args.config)
+    data_config = config['data']
+    problem = data_config.get('problem', 'inverse')
+    train_config = TrainConfig.from_dict({**config.get('training', {}),
+                                          **({'seed': args.seed} if args.seed is not None
+                                             else {})})
+    torch.manual_seed(train_config.seed)
+    trajectories = load_split(args.data, 'train', data_config)
+    make = inverse_dynamics_windows if problem == 'inverse' else forward_dynamics_windows
+    windows = make(trajectories, int(data_config.get('window', 50)),
+                   data_config.get('stride'))
+    train, val = split_windows(windows, float(data_config.get('val_fraction', 0.2)))
+    model = build_model(config['model_type'], config.get('model', {}),
+                        *_problem_widths(problem, trajectories))
+    result = train_model(model, train, val, train_config)
+    out = Path(args.out)
+    metadata = {'data': str(args.data), 'problem': problem, 'epochs': result.epochs,
+                'seconds': result.seconds, 'best_val_loss': result.best_val_loss,
+                'training': dict(train_config.__dict__)}
+    path = save_checkpoint(out / 'model.pt', model, trajectories[0].joint_names, metadata)
+    (out / 'train_summary.json').write_text(json.dumps(
+        {**metadata, 'checkpoint': str(path), 'history': result.history}, indent=1))
+    print(f'trained {config["model_type"]} in {result.seconds:.1f} s ({result.epochs} epochs), '
+          f'best validation loss {result.best_val_loss:.5f}; checkpoint {path}')
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Evaluate a checkpoint on `--data`'s test split; print and write JSON metrics."""
+    loaded = load_checkpoint(args.checkpoint)
+    model = loaded.model
+    problem = loaded.metadata.get('problem', model.kind)
+    trajectories = load_split(args.data, args.split, {})
+    if loaded.joint_names and trajectories[0].joint_names and \
+            list(trajectories[0].joint_names) != loaded.joint_names:
+        raise ValueError(f"checkpoint joints {loaded.joint_names} differ from the data's "
+                         f'{trajectories[0].joint_names}')
+    if problem == 'inverse':
+        predictions, targets = [], []
+        for trajectory in trajectories:
+            batch = whole_sequence(inverse_dynamics_arrays(trajectory))
+            predictions.append(predict_batches(model, batch)[0].numpy())
+            targets.append(batch.targets[0].numpy())
+        prediction, target = np.concatenate(predictions), np.concatenate(targets)
+        metrics = {'rmse_per_joint': rmse_per_output(prediction, target).tolist(),
+                   'nmse_per_joint': nmse_per_output(prediction, target).tolist()}
+    else:
+        batch = multi_step_batch(trajectories, args.warmup, args.horizon, args.stride)
+        metrics = {'multi_step_rmse': multi_step_rmse(model, batch, args.warmup,
+                                                      args.horizon).tolist()}
+    metrics.update({'checkpoint': str(args.checkpoint), 'data': str(args.data),
+                    'split': args.split, 'model_type': loaded.model_type})
+    text = json.dumps(metrics, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `train` and `evaluate` to `rdl`."""
+    train = subparsers.add_parser('train', help='train a dynamics model offline')
+    train.add_argument('--config', required=True, type=Path,
+                       help='training YAML (model_type, model, training, data)')
+    train.add_argument('--data', required=True,
+                       help=f'dataset name {list(DATASETS)} or a rosbag2 folder')
+    train.add_argument('--out', default='runs/latest', help='output folder (model.pt, JSON)')
+    train.add_argument('--seed', type=int, default=None, help='override training.seed')
+    train.set_defaults(func=run_train)
+    evaluate = subparsers.add_parser('evaluate', help='evaluate a checkpoint')
+    evaluate.add_argument('--checkpoint', required=True, type=Path)
+    evaluate.add_argument('--data', required=True,
+                          help=f'dataset name {list(DATASETS)} or a rosbag2 folder')
+    evaluate.add_argument('--split', default='test', choices=('train', 'test'))
+    evaluate.add_argument('--warmup', type=int, default=20,
+                          help='forward models: observed steps before predicting')
+    evaluate.add_argument('--horizon', type=int, default=10,
+                          help='forward models: steps predicted ahead')
+    evaluate.add_argument('--stride', type=int, default=5,
+                          help='forward models: step between evaluation windows')
+    evaluate.add_argument('--out', default=None, help='write the metrics JSON here')
+    evaluate.set_defaults(func=run_evaluate)

@@ -1,0 +1,130 @@
+"""
+Pieces shared by the learned models: validated configs, normalisation buffers, MLPs.
+
+Normalisation lives inside each model as buffers so that it is saved and loaded with the
+weights (DESIGN.md): a checkpoint never needs a side file of statistics.
+"""
+import dataclasses
+from typing import Any, Dict, Optional, Sequence, Type, TypeVar
+
+from robot_dynamics_learning.models.base import check_finite, SequenceBatch
+import torch
+from torch import nn
+
+ConfigT = TypeVar('ConfigT', bound='ModelConfig')
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Base of the typed model configs: built from a dict, unknown keys are an error."""
+
+    @classmethod
+    def from_dict(cls: Type[ConfigT], values: Optional[Dict[str, Any]]) -> ConfigT:
+        """Build and validate a config; raise ValueError naming any unknown key."""
+        values = dict(values or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f'{cls.__name__}: unknown key(s) {unknown}; known: {sorted(known)}')
+        return cls(**values)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return plain Python values (what a weights_only checkpoint may hold)."""
+        return dataclasses.asdict(self)
+
+    def _positive(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f'{type(self).__name__}.{name} must be > 0, got {value!r}')
+
+    def _choice(self, name: str, choices: Sequence[str]) -> None:
+        value = getattr(self, name)
+        if value not in choices:
+            raise ValueError(f'{type(self).__name__}.{name} must be one of {list(choices)}, '
+                             f'got {value!r}')
+
+
+class Normalizer(nn.Module):
+    """Zero-mean, unit-variance scaling per feature; statistics are buffers (saved with it)."""
+
+    def __init__(self, size: int, min_std: float = 1e-6) -> None:
+        super().__init__()
+        self.min_std = min_std
+        self.register_buffer('mean', torch.zeros(size))
+        self.register_buffer('std', torch.ones(size))
+
+    def fit(self, data: torch.Tensor) -> None:
+        """Set mean and std from samples (..., size); constant features keep std 1."""
+        flat = data.reshape(-1, data.shape[-1]).to(self.mean.dtype)
+        check_finite('normalisation data', flat)
+        if flat.shape[0] == 0:
+            raise ValueError('cannot fit normalisation statistics on zero samples')
+        std = flat.std(dim=0, unbiased=False) if flat.shape[0] > 1 else torch.ones_like(self.std)
+        self.mean.copy_(flat.mean(dim=0))
+        self.std.copy_(torch.where(std > self.min_std, std, torch.ones_like(std)))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """Map physical values to normalised ones."""
+        return (x - self.mean) / self.std
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """Map normalised values back to physical units."""
+        return x * self.std + self.mean
+
+    def denormalize_variance(self, var: torch.Tensor) -> torch.Tensor:
+        """Scale a variance in normalised units to physical units."""
+        return var * self.std ** 2
+
+
+def mlp(n_in: int, hidden: Sequence[int], n_out: int, activation: Type[nn.Module] = nn.ReLU,
+        dropout: float = 0.0) -> nn.Sequential:
+    """Build a fully connected network: hidden layers with `activation`, linear output."""
+    layers = []
+    width = n_in
+    for size in hidden:
+        layers += [nn.Linear(width, size), activation()]
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+        width = size
+    layers.append(nn.Linear(width, n_out))
+    return nn.Sequential(*layers)
+
+
+def check_batch(batch: SequenceBatch, n_obs: int, n_act: int, n_target: int) -> None:
+    """Check a batch's shapes and finiteness at the model boundary, naming what is wrong."""
+    for name, tensor, width in (('observations', batch.observations, n_obs),
+                                ('actions', batch.actions, n_act),
+                                ('targets', batch.targets, n_target)):
+        if tensor.ndim != 3 or tensor.shape[-1] != width:
+            raise ValueError(f'{name} must have shape (B, T, {width}), got {tuple(tensor.shape)}')
+        check_finite(name, tensor)
+    if batch.observations.shape[:2] != batch.targets.shape[:2] or \
+            batch.actions.shape[:2] != batch.targets.shape[:2]:
+        raise ValueError('observations, actions and targets must share (B, T), got '
+                         f'{tuple(batch.observations.shape)}, {tuple(batch.actions.shape)}, '
+                         f'{tuple(batch.targets.shape)}')
+    if batch.observation_valid is not None and \
+            batch.observation_valid.shape != batch.observations.shape[:2]:
+        raise ValueError(f'observation_valid must have shape {tuple(batch.observations.shape[:2])}'
+                         f', got {tuple(batch.observation_valid.shape)}')
+
+
+def check_step_input(name: str, tensor: torch.Tensor, width: int) -> None:
+    """Check one streaming input (B, width): shape and finiteness."""
+    if tensor.ndim != 2 or tensor.shape[-1] != width:
+        raise ValueError(f'{name} must have shape (B, {width}), got {tuple(tensor.shape)}')
+    check_finite(name, tensor)
+
+
+def rmse(error: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """
+    Root of the mean squared error norm, the ac-RKN loss (seed 004, L_fwd).
+
+    error (B, T, n); mask (B, T) bool selects the steps that count.
+    """
+    squared = error.pow(2).sum(dim=-1)
+    if mask is None:
+        return squared.mean().clamp_min(1e-12).sqrt()
+    weight = mask.to(squared.dtype)
+    return ((squared * weight).sum() / weight.sum().clamp_min(1.0)).clamp_min(1e-12).sqrt()

@@ -1,0 +1,178 @@
+"""
+Forward-model machinery shared by ac-RKN and its baselines (seed 004, Sec. 4.2).
+
+Every forward model predicts the next observation as a normalised difference,
+o^_{t+1} = m_t + dec(.), with the memory m_t = o_t where the observation is valid and m_t = o^_t
+(the model's own prediction) where it is missing. Multi-step prediction is the same loop with
+every observation missing, and training drops a share of observations to teach it.
+"""
+import abc
+from typing import Any, NamedTuple, Optional, Tuple
+
+from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
+                                                 StepOutput)
+from robot_dynamics_learning.models.common import (check_batch, check_step_input, Normalizer,
+                                                   rmse)
+import torch
+
+FORWARD_CONVENTION = 'next observation o_{t+1} (physical units) = o_t + learned difference'
+
+
+class FeedbackState(NamedTuple):
+    """Streaming state: the model's own state, memory o^_{t+1} (B, n_obs) and its variance."""
+
+    cell: Any
+    memory: torch.Tensor
+    memory_var: torch.Tensor
+
+
+def valid_mask(batch: SequenceBatch) -> torch.Tensor:
+    """Return the (B, T) observation mask (all True if absent); the first step must be valid."""
+    if batch.observation_valid is None:
+        return torch.ones(batch.observations.shape[:2], dtype=torch.bool,
+                          device=batch.observations.device)
+    valid = batch.observation_valid.to(torch.bool)
+    if valid.shape[1] and not bool(valid[:, 0].all()):
+        raise ValueError('observation_valid[:, 0] must be True: a window starts from a measured '
+                         'observation')
+    return valid
+
+
+def forward_loss(prediction: Prediction, batch: SequenceBatch, diff_norm: Normalizer,
+                 variance_weight: float) -> Tuple[torch.Tensor, dict]:
+    """
+    RMSE of o^_{t+1} - o_{t+1} in normalised-difference units (seed 004, L_fwd).
+
+    Where a variance is predicted, add variance_weight times its Gaussian NLL with the mean
+    detached, so the variance head calibrates without changing the paper's mean objective.
+    """
+    error = (prediction.mean - batch.targets) / diff_norm.std
+    loss = rmse(error)
+    metrics = {'rmse_normalized': float(loss.detach())}
+    if prediction.variance is not None and variance_weight > 0:
+        var = prediction.variance / diff_norm.std ** 2
+        nll = 0.5 * (torch.log(var) + error.detach().pow(2) / var).mean()
+        loss = loss + variance_weight * nll
+        metrics['nll'] = float(nll.detach())
+    return loss, metrics
+
+
+class FeedbackForwardModel(DynamicsModel):
+    """
+    Base of forward models whose input at t is the memory m_t and the action a_t.
+
+    Subclasses implement `_init_cell` and `_cell`; this class owns normalisation, the memory
+    loop, the loss, streaming `step` and `rollout` (which are the same loop).
+    """
+
+    kind = 'forward'
+    target_convention = FORWARD_CONVENTION
+    variance_weight = 0.0
+
+    def __init__(self, n_obs: int, n_act: int, n_target: int) -> None:
+        super().__init__()
+        if n_target != n_obs:
+            raise ValueError(f'a forward model predicts observations: n_target ({n_target}) '
+                             f'must equal n_obs ({n_obs})')
+        self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
+        self.obs_norm = Normalizer(n_obs)
+        self.act_norm = Normalizer(n_act)
+        self.diff_norm = Normalizer(n_obs)
+
+    def fit_normalization(self, batch: SequenceBatch) -> None:
+        """Fit observation, action and difference (o_{t+1} - o_t) statistics."""
+        self.obs_norm.fit(batch.observations)
+        if self.n_act:
+            self.act_norm.fit(batch.actions)
+        self.diff_norm.fit(batch.targets - batch.observations)
+
+    @abc.abstractmethod
+    def _init_cell(self, batch_size: int) -> Any:
+        """Return the model's own initial state."""
+
+    @abc.abstractmethod
+    def _cell(self, state: Any, memory: torch.Tensor, action: torch.Tensor,
+              valid: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor], Any]:
+        """
+        Advance one step on normalised memory (B, n_obs) and action (B, n_act).
+
+        valid (B,) says where the memory is a measurement. Returns (normalised difference
+        (B, n_obs), its variance or None, next state).
+        """
+
+    def init_state(self, batch_size: int) -> FeedbackState:
+        """Return the initial streaming state (memory zero until the first observation)."""
+        zeros = self.diff_norm.std.new_zeros(batch_size, self.n_obs)
+        return FeedbackState(self._init_cell(batch_size), zeros, zeros)
+
+    def _run(self, state: Any, memory: torch.Tensor, memory_var: torch.Tensor,
+             observations: Optional[torch.Tensor], actions: torch.Tensor,
+             valid: Optional[torch.Tensor]) -> Tuple[Prediction, FeedbackState]:
+        """Loop over T steps; observations None means all missing (rollout)."""
+        means, variances = [], []
+        has_variance = False
+        for t in range(actions.shape[1]):
+            if observations is not None:
+                valid_t = valid[:, t]
+                gate = valid_t.unsqueeze(-1)
+                memory = torch.where(gate, observations[:, t], memory)
+                memory_var = torch.where(gate, torch.zeros_like(memory_var), memory_var)
+            else:
+                valid_t = torch.zeros(actions.shape[0], dtype=torch.bool, device=actions.device)
+            delta, delta_var, state = self._cell(state, self.obs_norm.normalize(memory),
+                                                 self.act_norm.normalize(actions[:, t]), valid_t)
+            memory = memory + self.diff_norm.denormalize(delta)
+            if delta_var is not None:
+                has_variance = True
+                memory_var = memory_var + self.diff_norm.denormalize_variance(delta_var)
+            means.append(memory)
+            variances.append(memory_var)
+        prediction = Prediction(torch.stack(means, 1),
+                                torch.stack(variances, 1) if has_variance else None)
+        return prediction, FeedbackState(state, memory, memory_var)
+
+    def forward(self, batch: SequenceBatch) -> Prediction:
+        """Predict o_{t+1} for every step; missing observations are replaced by predictions."""
+        check_batch(batch, self.n_obs, self.n_act, self.n_target)
+        valid = valid_mask(batch)
+        batch_size = batch.observations.shape[0]
+        zeros = batch.observations.new_zeros(batch_size, self.n_obs)
+        prediction, _ = self._run(self._init_cell(batch_size), zeros, zeros,
+                                  batch.observations, batch.actions, valid)
+        return prediction
+
+    def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
+        """RMSE on normalised next-observation differences (seed 004 L_fwd)."""
+        return forward_loss(self(batch), batch, self.diff_norm, self.variance_weight)
+
+    def step(self, state: Optional[FeedbackState], observation: torch.Tensor,
+             action: Optional[torch.Tensor] = None) -> StepOutput:
+        """Predict o^_{t+1} (B, n_obs) from o_t and a_t without autograd."""
+        check_step_input('observation', observation, self.n_obs)
+        if action is None:
+            raise ValueError(f'{type(self).__name__}.step needs the action a_t')
+        check_step_input('action', action, self.n_act)
+        if state is None:
+            state = self.init_state(observation.shape[0])
+        valid = torch.ones(observation.shape[0], 1, dtype=torch.bool)
+        with torch.no_grad():
+            prediction, new_state = self._run(state.cell, state.memory, state.memory_var,
+                                              observation.unsqueeze(1), action.unsqueeze(1),
+                                              valid)
+        variance = None if prediction.variance is None else prediction.variance[:, 0]
+        return StepOutput(prediction.mean[:, 0], variance, new_state)
+
+    def rollout(self, state: FeedbackState, actions: torch.Tensor) -> Prediction:
+        """
+        Predict H further steps with no observations (differentiable).
+
+        state: from `step` at time t (which returned o^_{t+1}); actions (B, H, n_act) are
+        a_{t+1..t+H}; returns o^_{t+2..t+H+1} (B, H, n_obs) and variances where available.
+        """
+        if actions.ndim != 3 or actions.shape[-1] != self.n_act:
+            raise ValueError(f'actions must have shape (B, H, {self.n_act}), got '
+                             f'{tuple(actions.shape)}')
+        check_step_input('rollout actions', actions.reshape(-1, self.n_act), self.n_act)
+        prediction, _ = self._run(state.cell, state.memory, state.memory_var, None, actions,
+                                  None)
+        return prediction

@@ -1,0 +1,110 @@
+"""
+Feed-forward network baseline (seed 004 Appendix D) for inverse or forward dynamics.
+
+- kind 'inverse': x_t = [q, qd, qdd] -> tau_t directly (no memory of the past), MSE loss in
+  normalised units (the regression approach the papers compare against).
+- kind 'forward': [m_t, a_t] -> normalised difference to o_{t+1}; multi-step prediction feeds
+  back its own prediction like the recurrent models.
+"""
+import dataclasses
+from typing import Optional, Tuple
+
+from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
+                                                 StepOutput)
+from robot_dynamics_learning.models.common import (check_batch, check_step_input, mlp,
+                                                   ModelConfig, Normalizer)
+from robot_dynamics_learning.models.feedback import FeedbackForwardModel
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class FFNNConfig(ModelConfig):
+    """kind 'inverse' or 'forward'; hidden layer sizes (ReLU); dropout after each layer."""
+
+    kind: str = 'inverse'
+    hidden: Tuple[int, ...] = (256, 256)
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Validate kind, sizes and dropout; hidden sizes become a tuple."""
+        self._choice('kind', ('inverse', 'forward'))
+        hidden = tuple(int(v) for v in self.hidden)
+        if not hidden or any(v <= 0 for v in hidden):
+            raise ValueError(f'FFNNConfig.hidden must hold positive sizes, got {hidden}')
+        object.__setattr__(self, 'hidden', hidden)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f'FFNNConfig.dropout must be in [0, 1), got {self.dropout}')
+
+
+class FFNNInverse(DynamicsModel):
+    """Stateless inverse dynamics tau_t = f(x_t); actions are ignored."""
+
+    kind = 'inverse'
+    config_class = FFNNConfig
+    target_convention = 'absolute joint torque tau_t (N m)'
+
+    def __init__(self, config: FFNNConfig, n_obs: int, n_act: int, n_target: int) -> None:
+        super().__init__()
+        self.config = config
+        self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
+        self.input_norm = Normalizer(n_obs)
+        self.target_norm = Normalizer(n_target)
+        self.net = mlp(n_obs, config.hidden, n_target, dropout=config.dropout)
+
+    def fit_normalization(self, batch: SequenceBatch) -> None:
+        """Fit input and torque statistics."""
+        self.input_norm.fit(batch.observations)
+        self.target_norm.fit(batch.targets)
+
+    def init_state(self, batch_size: int) -> None:
+        """Return None: the model has no state."""
+        return None
+
+    def step(self, state: None, observation: torch.Tensor,
+             action: Optional[torch.Tensor] = None) -> StepOutput:
+        """Predict tau_t (B, d) from x_t (B, 3 d)."""
+        check_step_input('observation', observation, self.n_obs)
+        with torch.no_grad():
+            tau = self.target_norm.denormalize(self.net(self.input_norm.normalize(observation)))
+        return StepOutput(tau, None, None)
+
+    def forward(self, batch: SequenceBatch) -> Prediction:
+        """Predict tau for every step independently."""
+        check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
+        return Prediction(self.target_norm.denormalize(
+            self.net(self.input_norm.normalize(batch.observations))), None)
+
+    def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
+        """MSE in normalised torque units."""
+        check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
+        error = self.net(self.input_norm.normalize(batch.observations)) \
+            - self.target_norm.normalize(batch.targets)
+        loss = error.pow(2).mean()
+        return loss, {'mse_normalized': float(loss.detach())}
+
+
+class FFNNForward(FeedbackForwardModel):
+    """Stateless forward model: [m_t, a_t] -> normalised o_{t+1} - o_t."""
+
+    config_class = FFNNConfig
+
+    def __init__(self, config: FFNNConfig, n_obs: int, n_act: int, n_target: int) -> None:
+        super().__init__(n_obs, n_act, n_target)
+        self.config = config
+        self.net = mlp(n_obs + n_act, config.hidden, n_obs, dropout=config.dropout)
+
+    def _init_cell(self, batch_size: int) -> None:
+        return None
+
+    def _cell(self, state: None, memory: torch.Tensor, action: torch.Tensor,
+              valid: torch.Tensor) -> Tuple[torch.Tensor, None, None]:
+        return self.net(torch.cat([memory, action], -1)), None, None
+
+
+def build_ffnn(config: FFNNConfig, n_obs: int, n_act: int, n_target: int) -> DynamicsModel:
+    """Build the inverse or forward FFNN named by `config.kind`."""
+    cls = FFNNInverse if config.kind == 'inverse' else FFNNForward
+    return cls(config, n_obs, n_act, n_target)
+
+
+build_ffnn.config_class = FFNNConfig

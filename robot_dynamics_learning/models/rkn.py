@@ -1,0 +1,335 @@
+"""
+Action-conditional Recurrent Kalman Networks (seed 004, Shaj et al.) and the RKN baseline.
+
+- `AcRKNForward`: encoder (w_t, sigma_obs_t) of o_t -> Kalman update -> predict with
+  z- = A_t z+ + b(a_t) -> decoders of the prior z-_{t+1} give the mean and variance of the
+  normalised difference o_{t+1} - o_t (Sec. 4.1-4.2, Fig. 2).
+- `AcRKNInverse`: the same cell; an action decoder reads the posterior (z+_t, Sigma+_t) and the
+  desired next-state change and predicts a^_t = a_{t-1} + dec_action(.); the executed action is
+  fed back into the predict step; L_inv = RMSE(actions) + lambda L_fwd (Sec. 4.3).
+- `RKNForward`: the RKN of Becker et al. without action conditioning: actions are concatenated
+  to the observation and encoded together (Fig. 1 left).
+"""
+import dataclasses
+from typing import NamedTuple, Optional, Tuple
+
+from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
+                                                 StepOutput)
+from robot_dynamics_learning.models.common import (check_batch, check_step_input, mlp,
+                                                   ModelConfig, Normalizer, rmse)
+from robot_dynamics_learning.models.feedback import FeedbackForwardModel, valid_mask
+from robot_dynamics_learning.models.rkn_cell import Belief, elup1, RKNCell
+import torch
+from torch import nn
+
+
+def _tuple_fields(config: ModelConfig, *names: str) -> None:
+    """Turn list-valued hidden sizes (from YAML) into tuples and check them."""
+    for name in names:
+        value = tuple(int(v) for v in getattr(config, name))
+        if any(v <= 0 for v in value):
+            raise ValueError(f'{type(config).__name__}.{name} must hold positive sizes, '
+                             f'got {value}')
+        object.__setattr__(config, name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class RKNConfig(ModelConfig):
+    """
+    RKN / ac-RKN forward-model hyper-parameters (defaults: seed 004 Appendix D, scaled down).
+
+    latent_obs_dim m (latent state 2 m), num_basis K, bandwidth of the band matrices,
+    hidden sizes of encoder, decoders and the control model b(a) (ac-RKN only),
+    variance_weight of the detached-mean NLL that calibrates the variance decoder.
+    """
+
+    latent_obs_dim: int = 30
+    num_basis: int = 15
+    bandwidth: int = 3
+    encoder_hidden: Tuple[int, ...] = (120,)
+    decoder_hidden: Tuple[int, ...] = (120,)
+    control_hidden: Tuple[int, ...] = (120,)
+    initial_covariance: float = 1.0
+    variance_weight: float = 0.1
+
+    def __post_init__(self) -> None:
+        """Validate sizes; hidden sizes become tuples."""
+        self._positive('latent_obs_dim', 'num_basis', 'bandwidth', 'initial_covariance')
+        if self.variance_weight < 0:
+            raise ValueError(f'variance_weight must be >= 0, got {self.variance_weight}')
+        _tuple_fields(self, 'encoder_hidden', 'decoder_hidden', 'control_hidden')
+
+
+class Encoder(nn.Module):
+    """o -> (w, sigma_obs): MLP with a linear mean head and an elu + 1 variance head."""
+
+    def __init__(self, n_in: int, hidden: Tuple[int, ...], m: int) -> None:
+        super().__init__()
+        self.body = mlp(n_in, hidden[:-1], hidden[-1])
+        self.activation = nn.ReLU()
+        self.mean = nn.Linear(hidden[-1], m)
+        self.var = nn.Linear(hidden[-1], m)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Return latent observation and its variance, both (..., m)."""
+        h = self.activation(self.body(x))
+        return self.mean(h), elup1(self.var(h))
+
+
+class AcRKNForward(FeedbackForwardModel):
+    """
+    ac-RKN forward dynamics: o_{1:t}, a_{1:t} -> o^_{t+1} with variance.
+
+    Training `forward` runs the encoder, control model and decoders on whole windows and only
+    the Kalman filter per step; `step`/`rollout` use the same functions one step at a time.
+    """
+
+    config_class = RKNConfig
+
+    def __init__(self, config: RKNConfig, n_obs: int, n_act: int, n_target: int) -> None:
+        super().__init__(n_obs, n_act, n_target)
+        self.config = config
+        m = config.latent_obs_dim
+        self.variance_weight = config.variance_weight
+        self.encoder = Encoder(n_obs, config.encoder_hidden, m)
+        self.cell = RKNCell(m, config.num_basis, config.bandwidth, config.initial_covariance)
+        self.control = mlp(n_act, config.control_hidden, 2 * m)
+        self.decoder = mlp(2 * m, config.decoder_hidden, n_obs)
+        self.var_decoder = mlp(3 * m, config.decoder_hidden, n_obs)
+
+    def _init_cell(self, batch_size: int) -> Belief:
+        return self.cell.init_belief(batch_size)
+
+    def _decode(self, prior: Belief) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance of the normalised difference from the prior z-_{t+1}."""
+        return self.decoder(prior.mean), elup1(self.var_decoder(prior.cov.detach()))
+
+    def _cell(self, state: Belief, memory: torch.Tensor, action: torch.Tensor,
+              valid: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Belief]:
+        w, var_w = self.encoder(memory)
+        posterior = self.cell.update(state, w, var_w, valid)
+        prior = self.cell.predict(posterior, self.control(action))
+        delta, delta_var = self._decode(prior)
+        return delta, delta_var, prior
+
+    def forward(self, batch: SequenceBatch) -> Prediction:
+        """Vectorised window pass; equals the step loop (memory sums via cumsum/gather)."""
+        check_batch(batch, self.n_obs, self.n_act, self.n_target)
+        valid = valid_mask(batch)
+        w, var_w = self.encoder(self.obs_norm.normalize(batch.observations))
+        controls = self.control(self.act_norm.normalize(batch.actions))
+        _, priors = self.cell.run_filter(self._init_cell(batch.observations.shape[0]), w,
+                                         var_w, valid, controls)
+        delta, delta_var = self._decode(priors)
+        delta = self.diff_norm.denormalize(delta)
+        delta_var = self.diff_norm.denormalize_variance(delta_var)
+        return Prediction(*memory_sums(batch.observations, delta, delta_var, valid))
+
+
+def memory_sums(observations: torch.Tensor, delta: torch.Tensor, delta_var: torch.Tensor,
+                valid: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """
+    Return o^_{t+1} = o_l + sum_{s=l}^{t} delta_s and its summed variance, l = last valid <= t.
+
+    The closed form of the memory recursion m_t = o_t (valid) or o^_t (missing) of Sec. 4.2.
+    """
+    batch_size, steps, width = delta.shape
+    index = torch.arange(steps, device=delta.device).expand(batch_size, steps)
+    last = torch.where(valid, index, torch.full_like(index, -1)).cummax(dim=1).values
+    gather = last.unsqueeze(-1).expand(-1, -1, width)
+    pad = delta.new_zeros(batch_size, 1, width)
+    cum = torch.cat([pad, delta.cumsum(1)], 1)
+    cum_var = torch.cat([pad, delta_var.cumsum(1)], 1)
+    mean = observations.gather(1, gather) + cum[:, 1:] - cum.gather(1, gather)
+    var = cum_var[:, 1:] - cum_var.gather(1, gather)
+    return mean, var
+
+
+class RKNForward(FeedbackForwardModel):
+    """
+    RKN baseline without action conditioning: encoder([m_t, a_t]) -> update -> A_t z+.
+
+    Actions are an extended observation (Becker et al.; seed 004 Fig. 1 left). They must enter
+    through the update, so the update runs at every step on [m_t, a_t], with the model's own
+    prediction as m_t where o_t is missing (as the LSTM/GRU baselines do).
+    """
+
+    config_class = RKNConfig
+
+    def __init__(self, config: RKNConfig, n_obs: int, n_act: int, n_target: int) -> None:
+        super().__init__(n_obs, n_act, n_target)
+        self.config = config
+        m = config.latent_obs_dim
+        self.variance_weight = config.variance_weight
+        self.encoder = Encoder(n_obs + n_act, config.encoder_hidden, m)
+        self.cell = RKNCell(m, config.num_basis, config.bandwidth, config.initial_covariance)
+        self.decoder = mlp(2 * m, config.decoder_hidden, n_obs)
+        self.var_decoder = mlp(3 * m, config.decoder_hidden, n_obs)
+
+    def _init_cell(self, batch_size: int) -> Belief:
+        return self.cell.init_belief(batch_size)
+
+    def _cell(self, state: Belief, memory: torch.Tensor, action: torch.Tensor,
+              valid: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Belief]:
+        w, var_w = self.encoder(torch.cat([memory, action], -1))
+        prior = self.cell.predict(self.cell.update(state, w, var_w), None)
+        return self.decoder(prior.mean), elup1(self.var_decoder(prior.cov.detach())), prior
+
+
+@dataclasses.dataclass(frozen=True)
+class AcRKNInverseConfig(ModelConfig):
+    """
+    ac-RKN inverse-model hyper-parameters (defaults: seed 004 Table 4, Panda inverse).
+
+    forward_weight is lambda in L_inv = RMSE(actions) + lambda L_fwd.
+    """
+
+    latent_obs_dim: int = 15
+    num_basis: int = 15
+    bandwidth: int = 3
+    encoder_hidden: Tuple[int, ...] = (120,)
+    decoder_hidden: Tuple[int, ...] = (240,)
+    action_decoder_hidden: Tuple[int, ...] = (512,)
+    control_hidden: Tuple[int, ...] = (45,)
+    forward_weight: float = 0.158
+    initial_covariance: float = 1.0
+    variance_weight: float = 0.1
+
+    def __post_init__(self) -> None:
+        """Validate sizes and weights; hidden sizes become tuples."""
+        self._positive('latent_obs_dim', 'num_basis', 'bandwidth', 'initial_covariance')
+        for name in ('forward_weight', 'variance_weight'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        _tuple_fields(self, 'encoder_hidden', 'decoder_hidden', 'action_decoder_hidden',
+                      'control_hidden')
+
+
+class InverseState(NamedTuple):
+    """Streaming state: posterior z+_{t-1} and the last predicted action a^_{t-1} (B, d)."""
+
+    posterior: Belief
+    last_action: torch.Tensor
+
+
+class AcRKNInverse(DynamicsModel):
+    """
+    ac-RKN inverse dynamics with action feedback (seed 004 Sec. 4.3, Fig. 3).
+
+    Inputs follow the inverse-dynamics convention: observations x_t = [q, qd, qdd] (3 d),
+    actions tau_{t-1} (d), targets tau_t (d). The filter observes o_t = [q, qd] (as the paper's
+    inverse experiments). The paper's desired next observation is the difference o_{t+1} - o_t;
+    at 1 kHz that is dt [qd, qdd] + O(dt^2), and normalisation removes the factor dt, so the
+    action decoder reads the normalised [qd, qdd] of x_t. This keeps streaming causal: the
+    predictor node has x_t, not o_{t+1}. Order per step: predict with the executed a_{t-1},
+    update with o_t, decode a^_t = a_{t-1} + dec_action(z+_t, Sigma+_t, desired_t).
+    """
+
+    kind = 'inverse'
+    config_class = AcRKNInverseConfig
+    target_convention = 'absolute joint torque tau_t (N m) = tau_{t-1} + learned difference'
+
+    def __init__(self, config: AcRKNInverseConfig, n_obs: int, n_act: int,
+                 n_target: int) -> None:
+        super().__init__()
+        if n_obs != 3 * n_target or n_act != n_target:
+            raise ValueError('ac_rkn_inverse needs observations [q, qd, qdd] (n_obs = 3 d) and '
+                             'previous torques as actions (n_act = d); got n_obs='
+                             f'{n_obs}, n_act={n_act}, n_target={n_target}')
+        self.config = config
+        self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
+        d, m = n_target, config.latent_obs_dim
+        self.input_norm = Normalizer(n_obs)
+        self.act_norm = Normalizer(d)
+        self.act_diff_norm = Normalizer(d)
+        self.obs_diff_norm = Normalizer(2 * d)
+        self.encoder = Encoder(2 * d, config.encoder_hidden, m)
+        self.cell = RKNCell(m, config.num_basis, config.bandwidth, config.initial_covariance)
+        self.control = mlp(d, config.control_hidden, 2 * m)
+        self.obs_decoder = mlp(2 * m, config.decoder_hidden, 2 * d)
+        self.action_decoder = mlp(5 * m + 2 * d, config.action_decoder_hidden, d)
+        self.action_var_decoder = mlp(3 * m, config.action_decoder_hidden, d)
+
+    def fit_normalization(self, batch: SequenceBatch) -> None:
+        """Fit input, torque, torque-difference and state-difference statistics."""
+        d = self.n_target
+        self.input_norm.fit(batch.observations)
+        self.act_norm.fit(batch.targets)
+        self.act_diff_norm.fit(batch.targets - batch.actions)
+        state = batch.observations[..., :2 * d]
+        self.obs_diff_norm.fit(state[:, 1:] - state[:, :-1])
+
+    def init_state(self, batch_size: int) -> InverseState:
+        """Return the initial belief; the previous action defaults to the mean torque."""
+        return InverseState(self.cell.init_belief(batch_size),
+                            self.act_norm.mean.expand(batch_size, -1).clone())
+
+    def _decode_action(self, posterior: Belief, desired: torch.Tensor,
+                       previous: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Return a^_t = a_{t-1} + dec_action(.) and its variance, physical units."""
+        features = torch.cat([posterior.mean, posterior.cov, desired], -1)
+        mean = previous + self.act_diff_norm.denormalize(self.action_decoder(features))
+        var = self.act_diff_norm.denormalize_variance(
+            elup1(self.action_var_decoder(posterior.cov.detach())))
+        return mean, var
+
+    def _windows(self, batch: SequenceBatch):
+        """Run the filter over windows; return (posteriors, priors z-_{t+1}, normalised x)."""
+        check_batch(batch, self.n_obs, self.n_act, self.n_target)
+        d = self.n_target
+        x = self.input_norm.normalize(batch.observations)
+        w, var_w = self.encoder(x[..., :2 * d])
+        first = self.cell.predict(self.cell.init_belief(x.shape[0]),
+                                  self.control(self.act_norm.normalize(batch.actions[:, 0])))
+        executed = self.control(self.act_norm.normalize(batch.targets))
+        posteriors, priors = self.cell.run_filter(first, w, var_w, None, executed)
+        return posteriors, priors, x
+
+    def forward(self, batch: SequenceBatch) -> Prediction:
+        """Predict tau_t for every step (previous torques from `actions`)."""
+        posteriors, _, x = self._windows(batch)
+        mean, var = self._decode_action(posteriors, x[..., self.n_target:], batch.actions)
+        return Prediction(mean, var)
+
+    def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
+        """L_inv = RMSE(normalised action differences) + lambda L_fwd (+ variance NLL)."""
+        d = self.n_target
+        posteriors, priors, x = self._windows(batch)
+        mean, var = self._decode_action(posteriors, x[..., d:], batch.actions)
+        error = (mean - batch.targets) / self.act_diff_norm.std
+        action_loss = rmse(error)
+        state = batch.observations[..., :2 * d]
+        predicted_diff = self.obs_decoder(priors.mean[:, :-1])
+        forward_error = predicted_diff - self.obs_diff_norm.normalize(state[:, 1:] - state[:, :-1])
+        forward_loss_value = rmse(forward_error)
+        var_n = var / self.act_diff_norm.std ** 2
+        nll = 0.5 * (torch.log(var_n) + error.detach().pow(2) / var_n).mean()
+        loss = (action_loss + self.config.forward_weight * forward_loss_value
+                + self.config.variance_weight * nll)
+        return loss, {'rmse_action_normalized': float(action_loss.detach()),
+                      'rmse_forward_normalized': float(forward_loss_value.detach()),
+                      'nll': float(nll.detach())}
+
+    def step(self, state: Optional[InverseState], observation: torch.Tensor,
+             action: Optional[torch.Tensor] = None) -> StepOutput:
+        """
+        Predict tau_t (B, d) and its variance from x_t (B, 3 d) and the executed tau_{t-1}.
+
+        action None feeds back the model's own previous prediction instead.
+        """
+        check_step_input('observation', observation, self.n_obs)
+        if state is None:
+            state = self.init_state(observation.shape[0])
+        if action is None:
+            action = state.last_action
+        else:
+            check_step_input('action', action, self.n_act)
+        with torch.no_grad():
+            d = self.n_target
+            x = self.input_norm.normalize(observation)
+            prior = self.cell.predict(state.posterior,
+                                      self.control(self.act_norm.normalize(action)))
+            w, var_w = self.encoder(x[:, :2 * d])
+            posterior = self.cell.update(prior, w, var_w)
+            mean, var = self._decode_action(posterior, x[:, d:], action)
+        return StepOutput(mean, var, InverseState(posterior, mean))

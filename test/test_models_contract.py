@@ -1,0 +1,151 @@
+"""Contract tests run over every learned model of the registry (shapes, gradients, streaming)."""
+import math
+
+import pytest
+from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
+from robot_dynamics_learning.models.base import SequenceBatch
+from robot_dynamics_learning.models.registry import build_model, MODEL_TYPES
+import torch
+
+D = 2  # joints of the synthetic inverse problem
+SMALL = {
+    'lstm': {'hidden_size': 8},
+    'ac_rkn_inverse': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
+                       'encoder_hidden': [8], 'decoder_hidden': [8],
+                       'action_decoder_hidden': [8], 'control_hidden': [8]},
+    'ac_rkn_forward': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
+                       'encoder_hidden': [8], 'decoder_hidden': [8], 'control_hidden': [8]},
+    'rkn': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1, 'encoder_hidden': [8],
+            'decoder_hidden': [8]},
+    'gru': {'latent_obs_dim': 4, 'hidden_size': 8, 'encoder_hidden': [8],
+            'decoder_hidden': [8]},
+    'lstm_forward': {'latent_obs_dim': 4, 'hidden_size': 8, 'encoder_hidden': [8],
+                     'decoder_hidden': [8]},
+    'ffnn': {'hidden': [8]},
+    'ffnn_forward': {'kind': 'forward', 'hidden': [8]},
+    'gp': {'hyper_iterations': 3, 'hyper_subset': 50},
+    'previous_value': {},
+    'previous_value_forward': {'kind': 'forward'},
+    'rigid_body': {'urdf': 'urdf/planar_2link.urdf', 'learn_inertia': True},
+    'hybrid': {'urdf': 'urdf/planar_2link.urdf', 'hidden_size': 8, 'learn_friction': True},
+}
+# Car models (models/car_*.py) have their own tests and fixed state sizes.
+CASES = sorted(SMALL)
+
+
+def test_every_registered_arm_model_is_covered():
+    arm_types = {t for t in MODEL_TYPES if not t.startswith('car_')}
+    assert arm_types == {c.replace('_forward', '') if c in ('ffnn_forward',
+                                                            'previous_value_forward') else c
+                         for c in CASES}
+
+
+def _model_and_batch(case: str, seed: int = 0):
+    torch.manual_seed(seed)
+    model_type = case.replace('_forward', '') if case in ('ffnn_forward',
+                                                          'previous_value_forward') else case
+    model = build_model(model_type, SMALL[case], 3 * D, D, D) if case in (
+        'lstm', 'ac_rkn_inverse', 'ffnn', 'gp', 'previous_value', 'rigid_body', 'hybrid') else \
+        build_model(model_type, SMALL[case], 3, 2, 3)
+    b, t = 3, 7
+    n_obs, n_act, n_target = model.n_obs, model.n_act, model.n_target
+    batch = SequenceBatch(torch.randn(b, t, n_obs), torch.randn(b, t, n_act),
+                          torch.randn(b, t, n_target))
+    if model.kind == 'inverse':
+        # Inverse-dynamics windows: actions are the torques executed one step earlier.
+        batch.actions[:, 1:] = batch.targets[:, :-1]
+    model.fit_normalization(batch)
+    if model_type == 'gp':
+        model.fit_data(batch)
+    return model, batch
+
+
+@pytest.mark.parametrize('case', CASES)
+def test_shapes_loss_and_gradients(case):
+    model, batch = _model_and_batch(case)
+    prediction = model(batch)
+    assert prediction.mean.shape == batch.targets.shape
+    if prediction.variance is not None:
+        assert prediction.variance.shape == batch.targets.shape
+        assert bool((prediction.variance > 0).all())
+    loss, metrics = model.loss(batch)
+    assert loss.ndim == 0 and math.isfinite(float(loss.detach()))
+    assert all(isinstance(v, float) for v in metrics.values())
+    params = [p for p in model.parameters() if p.requires_grad]
+    if params:
+        loss.backward()
+        with_grad = [p for p in params if p.grad is not None and bool(p.grad.abs().sum() > 0)]
+        # Every parameter tensor receives gradient (the variance heads through the NLL term).
+        assert len(with_grad) == len(params), [n for n, p in model.named_parameters()
+                                               if p.grad is None or not p.grad.abs().sum()]
+
+
+@pytest.mark.parametrize('case', CASES)
+def test_streaming_step_matches_window_forward(case):
+    model, batch = _model_and_batch(case)
+    model.eval()
+    expected = model(batch)
+    state = model.init_state(batch.observations.shape[0])
+    for t in range(batch.observations.shape[1]):
+        out = model.step(state, batch.observations[:, t], batch.actions[:, t])
+        state = out.state
+        assert out.prediction.shape == batch.targets[:, t].shape
+        torch.testing.assert_close(out.prediction, expected.mean[:, t], atol=1e-4, rtol=1e-4)
+        if expected.variance is not None:
+            torch.testing.assert_close(out.variance, expected.variance[:, t], atol=1e-4,
+                                       rtol=1e-4)
+        assert not out.prediction.requires_grad
+
+
+@pytest.mark.parametrize('case', CASES)
+def test_non_finite_inputs_raise(case):
+    model, batch = _model_and_batch(case)
+    bad = batch.observations.clone()
+    bad[0, 2, 0] = float('nan')
+    with pytest.raises(ValueError, match='observations'):
+        model(batch._replace(observations=bad))
+    step_bad = batch.observations[:, 0].clone()
+    step_bad[1, 0] = float('inf')
+    with pytest.raises(ValueError, match='observation'):
+        model.step(model.init_state(3), step_bad, batch.actions[:, 0])
+    with pytest.raises(ValueError, match='shape'):
+        model.step(model.init_state(3), batch.observations[:, 0, :-1], batch.actions[:, 0])
+
+
+@pytest.mark.parametrize('case', CASES)
+def test_checkpoint_round_trip_reproduces_predictions(case, tmp_path):
+    model, batch = _model_and_batch(case)
+    model.eval()
+    path = save_checkpoint(tmp_path / 'm.pt', model, ['a', 'b'], {'note': case})
+    loaded = load_checkpoint(path, joint_names=['a', 'b'])
+    assert loaded.metadata == {'note': case}
+    assert torch.equal(loaded.model(batch).mean, model(batch).mean)
+
+
+def test_rollout_of_forward_models_is_differentiable():
+    for case in ('ac_rkn_forward', 'rkn', 'gru', 'lstm_forward', 'ffnn_forward'):
+        model, batch = _model_and_batch(case)
+        state = model.step(model.init_state(3), batch.observations[:, 0],
+                           batch.actions[:, 0]).state
+        actions = batch.actions[:, 1:5].clone().requires_grad_(True)
+        prediction = model.rollout(state, actions)
+        assert prediction.mean.shape == (3, 4, model.n_obs)
+        prediction.mean.sum().backward()
+        assert actions.grad is not None and bool(actions.grad.abs().sum() > 0), case
+
+
+def test_inverse_models_have_no_rollout():
+    model, batch = _model_and_batch('lstm')
+    with pytest.raises(NotImplementedError):
+        model.rollout(model.init_state(1), batch.actions[:1])
+
+
+def test_unknown_type_and_config_key_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown model type 'transformer'"):
+        build_model('transformer', {}, 6, 2, 2)
+    with pytest.raises(ValueError, match='hidden_sise'):
+        build_model('lstm', {'hidden_sise': 4}, 6, 2, 2)
+    with pytest.raises(ValueError, match='num_layers'):
+        build_model('lstm', {'num_layers': 3}, 6, 2, 2)
+    with pytest.raises(ValueError, match='n_obs = 3 d'):
+        build_model('ac_rkn_inverse', {}, 5, 2, 2)
