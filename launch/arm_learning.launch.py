@@ -1,0 +1,56 @@
+"""
+Learn an arm's dynamics on a robot: dynamics_learner [+ torque_predictor] on /joint_states.
+
+    ros2 launch robot_dynamics_learning arm_learning.launch.py model:=lstm \
+        checkpoint_dir:=$HOME/.rdl/arm namespace:=arm1 predictor:=true
+
+Arguments: model, params_file (default config/learner.yaml), checkpoint_dir, namespace,
+use_sim_time, predictor (also start a prediction-only node reading the learner's checkpoints).
+"""
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+
+PACKAGE = 'robot_dynamics_learning'
+
+
+def generate_launch_description() -> LaunchDescription:
+    """Declare the arguments and the learner (and optional predictor) nodes."""
+    share = get_package_share_directory(PACKAGE)
+    model = LaunchConfiguration('model')
+    params_file = LaunchConfiguration('params_file')
+    checkpoint_dir = LaunchConfiguration('checkpoint_dir')
+    namespace = LaunchConfiguration('namespace')
+    use_sim_time = ParameterValue(LaunchConfiguration('use_sim_time'), value_type=bool)
+    return LaunchDescription([
+        DeclareLaunchArgument('model', default_value='lstm',
+                              description='lstm | ac_rkn_inverse | hybrid | rigid_body | ffnn'),
+        DeclareLaunchArgument('params_file',
+                              default_value=os.path.join(share, 'config', 'learner.yaml'),
+                              description='YAML parameters of the learner and predictor'),
+        DeclareLaunchArgument('checkpoint_dir',
+                              default_value=os.path.join(os.path.expanduser('~'), '.rdl',
+                                                         'arm_checkpoints'),
+                              description='folder of checkpoints (resumed at start)'),
+        DeclareLaunchArgument('namespace', default_value='',
+                              description='namespace of the nodes (joint_states is relative)'),
+        DeclareLaunchArgument('use_sim_time', default_value='false',
+                              description='use /clock (bag replay, simulators)'),
+        DeclareLaunchArgument('predictor', default_value='false',
+                              description='also start torque_predictor on the checkpoints'),
+        Node(package=PACKAGE, executable='dynamics_learner', name='dynamics_learner',
+             namespace=namespace, output='screen',
+             parameters=[params_file, {'model': model, 'checkpoint_dir': checkpoint_dir,
+                                       'use_sim_time': use_sim_time}]),
+        Node(package=PACKAGE, executable='torque_predictor', name='torque_predictor',
+             namespace=namespace, output='screen',
+             condition=IfCondition(LaunchConfiguration('predictor')),
+             parameters=[params_file, {'checkpoint_dir': checkpoint_dir,
+                                       'use_sim_time': use_sim_time}]),
+    ])

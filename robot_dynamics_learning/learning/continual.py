@@ -1,0 +1,543 @@
+"""
+Continual (lifelong) learning: a trainer thread beside a streaming predictor.
+
+Seed 001 (Rueckert et al.) observes that small mini-batches (128 windows) make an LSTM inverse
+dynamics model cheap enough to keep improving for the robot's whole life. This module runs
+that loop online:
+
+- `ContinualTrainer` owns the training copy of the model and runs in its own thread: it draws
+  mini-batches of windows from a `StreamingBuffer`, clips gradients, refuses any step whose
+  loss, gradient or resulting weights are not finite (so no NaN ever reaches the weights the
+  predictor sees), checkpoints periodically through an injected `save` callable, and hands new
+  weights to the predictor by an atomic swap: a deep copy of the model, published under a
+  lock with a version number. Message callbacks never wait for a training step.
+- `StreamingPredictor` runs `model.step` once per message with a recurrent state carried
+  across messages, and picks up the newest published copy between messages.
+- `ContinualLearner` ties both together with the prequential error: each new sample is
+  predicted before it is added to the buffer.
+
+A compute budget (`updates_per_sample`) bounds training work per incoming sample, so the
+per-sample cost is known and does not grow with the robot's age.
+"""
+import copy
+from dataclasses import dataclass
+import threading
+import time
+from typing import Any, Callable, NamedTuple, Optional, Tuple
+
+import numpy as np
+from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
+from robot_dynamics_learning.learning.prequential import PrequentialError
+from robot_dynamics_learning.models.base import DynamicsModel, SequenceBatch
+import torch
+
+SaveFunction = Callable[[DynamicsModel, dict], object]
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """
+    Settings of the continual trainer.
+
+    batch_size: windows per mini-batch (seed 001: 128).
+    learning_rate: Adam step size.
+    grad_clip: maximum global gradient norm.
+    warmup_samples: samples collected before the first update; the normalisation is fitted
+        on them (unless the model was resumed from a checkpoint).
+    updates_per_sample: compute budget, at most this many updates per received sample
+        (0 = train as fast as the CPU allows).
+    publish_every: updates between hand-overs of new weights to the predictor.
+    checkpoint_every_s: seconds between checkpoints (0 disables periodic checkpoints).
+    prequential_window: samples in the sliding prequential nMSE.
+    renormalize_factor: refit the normalisation when a channel's spread grows past this
+        factor (0 disables); max_renormalizations: at most this many refits.
+    max_cpu_share: share of one core's wall time the trainer thread may use, in (0, 1]:
+        after an update that took d seconds it pauses d (1 / share - 1). On a small machine
+        this leaves the message callback (and a simulator or controller beside it) the CPU
+        it needs to keep up with a 1 kHz stream; 1 = no pause. Applies to the thread only,
+        not to `train_pending` (offline replay keeps its exact budget).
+    """
+
+    batch_size: int = 128
+    learning_rate: float = 3e-3
+    grad_clip: float = 1.0
+    warmup_samples: int = 1000
+    updates_per_sample: float = 0.1
+    publish_every: int = 5
+    checkpoint_every_s: float = 30.0
+    prequential_window: int = 5000
+    renormalize_factor: float = 10.0
+    max_renormalizations: int = 3
+    max_cpu_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Reject values that cannot work, naming the bad value."""
+        for name in ('batch_size', 'publish_every', 'prequential_window'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+        for name in ('learning_rate', 'grad_clip'):
+            if not getattr(self, name) > 0:
+                raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        for name in ('warmup_samples', 'updates_per_sample', 'checkpoint_every_s',
+                     'renormalize_factor', 'max_renormalizations'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        if not 0.0 < self.max_cpu_share <= 1.0:
+            raise ValueError(f'max_cpu_share must be in (0, 1], got {self.max_cpu_share}')
+
+
+class Published(NamedTuple):
+    """
+    Weights handed to predictors.
+
+    version: increases with every hand-over. model: an immutable copy (eval mode, no grad).
+    state: the model's recurrent state after the history samples up to `seq` (None: the
+    predictor warms the state up itself from its history).
+    """
+
+    version: int
+    model: DynamicsModel
+    state: Any = None
+    seq: Optional[int] = None
+
+
+class ObservationHistory:
+    """
+    The newest `size` (observation, action) pairs seen by a predictor, numbered 1, 2, ...
+
+    Why: a recurrent state computed with old weights means little to new weights, so on every
+    hand-over the state is rebuilt by running the new model over recent inputs (see
+    `StreamingPredictor`). Thread-safe: the predictor appends, the trainer reads.
+    """
+
+    def __init__(self, n_obs: int, n_act: int, size: int) -> None:
+        self._obs = np.zeros((size, n_obs), np.float32)
+        self._act = np.zeros((size, n_act), np.float32)
+        self._lock = threading.Lock()
+        self.count = 0
+        self._start = 0     # first sequence number after the last reset
+
+    def append(self, observation: np.ndarray, action: Optional[np.ndarray]) -> int:
+        """Store one pair; return its sequence number."""
+        with self._lock:
+            slot = self.count % self._obs.shape[0]
+            self._obs[slot] = observation
+            if self._act.shape[1]:
+                self._act[slot] = action
+            self.count += 1
+            return self.count
+
+    def reset(self) -> None:
+        """Forget the past (a discontinuity): `since` never reaches before this point."""
+        with self._lock:
+            self._start = self.count
+
+    def since(self, seq: int) -> Tuple[np.ndarray, np.ndarray, int]:
+        """
+        Return (observations, actions, first) for samples after `seq` (at most `size`).
+
+        first is the sequence number of the first returned sample minus one, i.e. `seq` when
+        everything since then is still stored.
+        """
+        with self._lock:
+            size = self._obs.shape[0]
+            first = max(seq, self.count - size, self._start)
+            index = np.arange(first, self.count) % size
+            return self._obs[index].copy(), self._act[index].copy(), first
+
+
+def _replay(model: DynamicsModel, state: Any, observations: np.ndarray, actions: np.ndarray
+            ) -> Tuple[Any, Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]]:
+    """Step `model` over (k, n_obs) observations; return the state and the last output."""
+    output = None
+    use_actions = actions.shape[1] > 0
+    with torch.inference_mode():
+        for k in range(observations.shape[0]):
+            obs = torch.from_numpy(observations[k:k + 1])
+            act = torch.from_numpy(actions[k:k + 1]) if use_actions else None
+            step = model.step(state, obs, act)
+            state = step.state
+            output = (step.prediction, step.variance)
+    return state, output
+
+
+def _all_finite(tensors) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+class ContinualTrainer:
+    """
+    Trains `model` in a background thread on batches from `buffer`.
+
+    The trainer is the only writer of `model`; readers get immutable published copies through
+    `published()`. With `fit_normalization` the model's normalisation statistics are fitted
+    once on the warm-up samples (a resumed model keeps its own). `save(model, metadata)` is
+    called from the trainer thread (periodically and on `stop`) and must write atomically
+    (learning/checkpoint.py does).
+    """
+
+    def __init__(self, model: DynamicsModel, buffer: StreamingBuffer, config: TrainerConfig,
+                 save: Optional[SaveFunction] = None, fit_normalization: bool = True,
+                 start_step: int = 0, history: Optional[ObservationHistory] = None) -> None:
+        self.model = model
+        self.buffer = buffer
+        self.history = history
+        self.config = config
+        self._save = save
+        self._prepared = not fit_normalization
+        self._fitted_std: Optional[torch.Tensor] = None
+        self.renormalizations = 0
+        self._optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+        self._lock = threading.Lock()
+        self._published = Published(0, self._snapshot())
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.steps = start_step
+        self._steps_this_run = 0
+        self._attempts = 0
+        self.rejected_steps = 0
+        self.last_loss = float('nan')
+        self.busy_seconds = 0.0
+        self.checkpoints_written = 0
+        self.last_error = ''
+
+    def _snapshot(self) -> DynamicsModel:
+        snapshot = copy.deepcopy(self.model).eval()
+        for parameter in snapshot.parameters():
+            parameter.requires_grad_(False)
+        return snapshot
+
+    def published(self) -> Published:
+        """Return the newest weights handed to predictors."""
+        with self._lock:
+            return self._published
+
+    def start(self) -> None:
+        """Start the trainer thread (daemon: a dying process does not wait for it)."""
+        if self._thread is not None:
+            raise RuntimeError('trainer already started')
+        self._thread = threading.Thread(target=self._run, name='continual_trainer',
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, checkpoint: bool = True, timeout: float = 10.0) -> None:
+        """Stop the thread after its current step; write a final checkpoint if asked."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if checkpoint and self._save is not None and self._steps_this_run:
+            self._checkpoint()
+
+    def _budget_allows(self) -> bool:
+        rate = self.config.updates_per_sample
+        received = self.buffer.total - self.config.warmup_samples
+        # Refused attempts spend budget too, so a bad stretch cannot loop forever.
+        return rate == 0 or self._attempts < rate * received
+
+    def _due(self) -> bool:
+        return (self.buffer.total >= self.config.warmup_samples and self._budget_allows()
+                and self.buffer.valid_windows() > 0)
+
+    def _update(self) -> float:
+        """Take one budgeted update; return the seconds it took."""
+        self._attempts += 1
+        started = time.perf_counter()
+        try:
+            if not self._prepared or self._statistics_drifted():
+                self._fit_normalization()
+            self.train_step(self.buffer.sample(self.config.batch_size))
+        except (ValueError, RuntimeError) as error:   # a model refusing a batch
+            self._refuse(f'{type(error).__name__}: {error}')
+        elapsed = time.perf_counter() - started
+        self.busy_seconds += elapsed
+        return elapsed
+
+    def _fit_normalization(self) -> None:
+        """Fit the model's normalisation on the newest warm-up-sized stretch of data."""
+        recent = self.buffer.recent(max(self.config.warmup_samples, 2))
+        self.model.fit_normalization(recent)
+        self._fitted_std = self._spread(recent)
+        if self._prepared:
+            self.renormalizations += 1
+        self._prepared = True
+        self._publish()
+
+    @staticmethod
+    def _spread(batch: SequenceBatch) -> torch.Tensor:
+        """Per-channel std of observations and targets of a (1, T, .) batch."""
+        values = torch.cat([batch.observations[0], batch.targets[0]], dim=-1)
+        return values.std(dim=0)
+
+    def _statistics_drifted(self) -> bool:
+        """
+        Return True when the data now spreads far wider than what the normalisation saw.
+
+        A robot usually starts at rest: statistics fitted then (velocities and torque
+        changes near zero) would scale later motion to huge normalised values. Checked every
+        `publish_every` x 20 updates on the newest warm-up-sized stretch; a channel whose std
+        grew past `renormalize_factor` times its fitted std (floored at 1e-3 of the largest
+        fitted std) triggers a refit, at most `max_renormalizations` times.
+        """
+        factor = self.config.renormalize_factor
+        if (not factor or self._fitted_std is None
+                or self.renormalizations >= self.config.max_renormalizations
+                or self._attempts % (20 * self.config.publish_every)):
+            return False
+        now = self._spread(self.buffer.recent(max(self.config.warmup_samples, 2)))
+        floor = 1e-3 * self._fitted_std.max()
+        return bool((now > factor * torch.maximum(self._fitted_std, floor)).any())
+
+    def train_pending(self) -> int:
+        """
+        Run, in the calling thread, the updates the budget allows now; return how many.
+
+        For offline replay (benchmarks, `rdl` runs) where results must not depend on thread
+        scheduling; needs updates_per_sample > 0. Do not mix with `start()`.
+        """
+        if self.config.updates_per_sample == 0:
+            raise ValueError('train_pending needs updates_per_sample > 0 (a finite budget)')
+        done = 0
+        while self._due():
+            self._update()
+            done += 1
+        return done
+
+    def _run(self) -> None:
+        last_checkpoint = time.monotonic()
+        pause = 1.0 / self.config.max_cpu_share - 1.0
+        while not self._stop.is_set():
+            if not self._due():
+                self._stop.wait(0.002)
+                continue
+            elapsed = self._update()
+            if pause > 0.0:
+                self._stop.wait(elapsed * pause)
+            every = self.config.checkpoint_every_s
+            if self._save is not None and every and time.monotonic() - last_checkpoint > every:
+                self._checkpoint()
+                last_checkpoint = time.monotonic()
+
+    def train_step(self, batch: SequenceBatch) -> bool:
+        """
+        Take one guarded optimiser step on `batch`; return False if it was refused.
+
+        Refused (and counted in `rejected_steps`): non-finite inputs, loss or gradient norm.
+        If the weights still turn non-finite after the step, they are restored from the last
+        published copy. The predictor never sees a non-finite weight.
+        """
+        self.model.train()
+        if not _all_finite(batch[:3]):
+            return self._refuse('non-finite batch')
+        loss, _ = self.model.loss(batch)
+        if not bool(torch.isfinite(loss)):
+            return self._refuse(f'non-finite loss {float(loss)}')
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.grad_clip)
+        if not bool(torch.isfinite(norm)):
+            self._optimizer.zero_grad(set_to_none=True)
+            return self._refuse(f'non-finite gradient norm {float(norm)}')
+        self._optimizer.step()
+        if not _all_finite(self.model.state_dict().values()):
+            with self._lock:
+                good = self._published.model.state_dict()
+            self.model.load_state_dict(good)
+            self._optimizer = torch.optim.Adam(self.model.parameters(),
+                                               lr=self.config.learning_rate)
+            return self._refuse('non-finite weights after step (restored)')
+        self.last_loss = float(loss.detach())
+        self.steps += 1
+        self._steps_this_run += 1
+        if self._steps_this_run % self.config.publish_every == 0:
+            self._publish()
+        return True
+
+    def _refuse(self, reason: str) -> bool:
+        self.rejected_steps += 1
+        self.last_error = reason
+        return False
+
+    def _publish(self) -> None:
+        """Hand over a copy, with its state warmed up on the predictor's recent inputs."""
+        snapshot = self._snapshot()
+        state, seq = None, None
+        if self.history is not None:
+            observations, actions, first = self.history.since(0)
+            state, _ = _replay(snapshot, snapshot.init_state(1), observations, actions)
+            seq = first + observations.shape[0]
+        with self._lock:
+            self._published = Published(self._published.version + 1, snapshot, state, seq)
+
+    def _checkpoint(self) -> None:
+        try:
+            self._save(self._snapshot(), {'steps': self.steps, 'samples': self.buffer.total,
+                                          'last_loss': self.last_loss})
+            self.checkpoints_written += 1
+        except OSError as error:   # a full disk must not end training; report it instead
+            self.last_error = f'checkpoint failed: {error}'
+
+
+class StreamingPredictor:
+    """
+    One `model.step` per message with the recurrent state carried across messages.
+
+    Called from one thread (the message callback). Before each step it checks `source()` for
+    newer weights. A recurrent state belongs to the weights that produced it, so on a switch
+    the new model's state is rebuilt: from the state the trainer computed on this history up
+    to sample `seq`, stepping only the few samples since; or, without one, by running the new
+    model over the whole history (`history_size` samples, e.g. one training window).
+    """
+
+    def __init__(self, source: Callable[[], Published], n_obs: int, n_act: int,
+                 history_size: int = 32) -> None:
+        self._source = source
+        self.history = ObservationHistory(n_obs, n_act, history_size)
+        published = source()
+        self._version, self._model = published.version, published.model
+        self._state = self._model.init_state(1)
+
+    @property
+    def version(self) -> int:
+        """Return the version of the weights in use."""
+        return self._version
+
+    def reset(self) -> None:
+        """Forget the recurrent state (after a gap, a reset or time going backwards)."""
+        self._state = self._model.init_state(1)
+        self.history.reset()
+
+    def predict(self, observation: np.ndarray,
+                action: Optional[np.ndarray] = None) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """Return (mean (n_target,), variance (n_target,) or None) for one observation."""
+        self.history.append(observation, action)
+        published = self._source()
+        if published.version != self._version:
+            model = published.model
+            seq = published.seq
+            state = published.state if seq is not None else model.init_state(1)
+            observations, actions, first = self.history.since(seq or 0)
+            if seq is not None and first != seq:   # the history moved past it: warm up anew
+                state = model.init_state(1)
+            self._state, output = _replay(model, state, observations, actions)
+            self._version, self._model = published.version, model
+        else:
+            # from_numpy on a fresh float32 row: no dtype dispatch in torch, and no buffer a
+            # model could keep in its state and see overwritten by the next message.
+            obs = torch.from_numpy(np.asarray(observation, np.float32).reshape(1, -1))
+            act = (None if action is None
+                   else torch.from_numpy(np.asarray(action, np.float32).reshape(1, -1)))
+            with torch.inference_mode():
+                step = self._model.step(self._state, obs, act)
+            self._state = step.state
+            output = (step.prediction, step.variance)
+        mean, variance = output
+        return mean[0].numpy(), None if variance is None else variance[0].numpy()
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Buffer and trainer settings of a `ContinualLearner`."""
+
+    buffer: BufferConfig = BufferConfig()
+    trainer: TrainerConfig = TrainerConfig()
+
+
+class ContinualLearner:
+    """
+    Predict-then-learn on a stream of (time, observation, action, target) samples.
+
+    `observe` is what a message callback calls: O(1) apart from one `model.step`.
+    Training happens in the trainer thread started by `start()`.
+    """
+
+    def __init__(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
+                 config: LearnerConfig, rng: np.random.Generator,
+                 save: Optional[SaveFunction] = None, fit_normalization: bool = True,
+                 start_step: int = 0) -> None:
+        self.config = config
+        self.buffer = StreamingBuffer(n_obs, n_act, n_target, config.buffer, rng)
+        self.trainer = ContinualTrainer(model, self.buffer, config.trainer, save,
+                                        fit_normalization, start_step)
+        self.predictor = StreamingPredictor(self.trainer.published, n_obs, n_act,
+                                            config.buffer.window)
+        self.trainer.history = self.predictor.history
+        self.prequential = PrequentialError(n_target, config.trainer.prequential_window)
+        self._n_act = n_act
+
+    def start(self) -> None:
+        """Start training in the background."""
+        self.trainer.start()
+
+    def stop(self, checkpoint: bool = True) -> None:
+        """Stop training (and checkpoint)."""
+        self.trainer.stop(checkpoint)
+
+    def reset(self) -> None:
+        """Mark a discontinuity: new buffer segment and a fresh recurrent state."""
+        self.buffer.reset()
+        self.predictor.reset()
+
+    def observe(self, stamp: float, observation: np.ndarray, action: Optional[np.ndarray],
+                target: Optional[np.ndarray]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """
+        Predict for this sample, then score and store it; return (mean, variance or None).
+
+        stamp: seconds; observation (n_obs,); action (n_act,) or None when n_act is 0;
+        target (n_target,) or None when the torque of this sample is unknown (predict only).
+        """
+        act = np.zeros(self._n_act) if action is None else action
+        mean, variance = self.predictor.predict(observation, act if self._n_act else None)
+        if target is not None:
+            self.prequential.update(mean, target)
+            self.buffer.append(stamp, observation, act, target)
+        return mean, variance
+
+    def diagnostics(self) -> dict:
+        """Return counters and metrics (floats and ints) for the log and the status topic."""
+        trainer = self.trainer
+        return {'samples': self.buffer.total, 'segment_breaks': self.buffer.breaks,
+                'reservoir_windows': self.buffer.reservoir_size, 'train_steps': trainer.steps,
+                'rejected_steps': trainer.rejected_steps, 'training_loss': trainer.last_loss,
+                'renormalizations': trainer.renormalizations,
+                'prequential_nmse': self.prequential.nmse(),
+                'weights_version': self.predictor.version,
+                'train_seconds': trainer.busy_seconds,
+                'checkpoints_written': trainer.checkpoints_written,
+                'last_error': trainer.last_error}
+
+
+class InverseDynamicsStream:
+    """
+    Turns joint samples into inverse-dynamics samples for `ContinualLearner.observe`.
+
+    observation x_t = [q, qd, qdd] (3 n; qdd from a causal differentiator of the measured
+    velocity, so it is available at the message's own time with the differentiator's
+    documented delay), action = the torque of the previous sample tau_{t-1} (n; zeros at the
+    start of a segment), target tau_t (n) or None when the sample carries no torque.
+    `differentiator` is a `signals.causal.CausalDifferentiator` over the n velocities
+    (`update(time_s, value)` returns the derivative (n,), or None while warming up).
+    """
+
+    def __init__(self, n_joints: int, differentiator) -> None:
+        self.n = n_joints
+        self._differentiator = differentiator
+        self._previous_torque = np.zeros(n_joints)
+
+    def reset(self) -> None:
+        """Start over after a gap or a time reset."""
+        self._differentiator.reset()
+        self._previous_torque = np.zeros(self.n)
+
+    def sample(self, stamp: float, position: np.ndarray, velocity: np.ndarray,
+               torque: Optional[np.ndarray]
+               ) -> Optional[Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]]:
+        """Return (observation, action, target) or None while the differentiator warms up."""
+        acceleration = self._differentiator.update(stamp, velocity)
+        action = self._previous_torque
+        if torque is not None:
+            self._previous_torque = torque
+        if acceleration is None:
+            return None
+        observation = np.concatenate([position, velocity, acceleration])
+        return observation, action, torque

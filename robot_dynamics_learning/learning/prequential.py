@@ -1,0 +1,126 @@
+"""
+Prequential ("predict, then learn") error over a sliding window.
+
+Online learners are judged on samples they have not trained on yet: each new sample is
+predicted before it enters the training buffer, and the error is averaged over the newest
+`window` samples. The normalised MSE per joint j is
+
+    nMSE_j = mean_{t in window} (y_tj - yhat_tj)^2 / var_{all t so far}(y_tj),
+
+(the seed 001 metric, Eq. 3, normalised by the target variance so joints with large torques
+do not dominate), and `nmse()` returns the mean over joints. The variance is that of every
+target seen so far (Welford's running estimate), not only the window's: on real robots a joint
+often rests for seconds, and a near-zero window variance would blow its ratio up. Bounded
+memory: one ring array and running moments.
+"""
+import numpy as np
+
+
+class PrequentialError:
+    """Sliding-window nMSE of predictions (n_target,) against targets (n_target,)."""
+
+    def __init__(self, n_target: int, window: int = 2000) -> None:
+        if window < 2:
+            raise ValueError(f'window must be >= 2, got {window}')
+        self.window = window
+        self._error = np.zeros((window, n_target))
+        self._count = 0
+        self._mean = np.zeros(n_target)
+        self._m2 = np.zeros(n_target)
+
+    @property
+    def count(self) -> int:
+        """Return the number of samples ever scored."""
+        return self._count
+
+    def update(self, prediction: np.ndarray, target: np.ndarray) -> None:
+        """Score one prediction against its target (both (n_target,), same units)."""
+        self._error[self._count % self.window] = prediction - target
+        self._count += 1
+        delta = target - self._mean
+        self._mean += delta / self._count
+        self._m2 += delta * (target - self._mean)
+
+    def nmse_per_target(self) -> np.ndarray:
+        """Return (n_target,) nMSE over the newest min(count, window) samples; NaN if < 2."""
+        n = min(self._count, self.window)
+        if self._count < 2:
+            return np.full(self._error.shape[1], np.nan)
+        mse = np.mean(self._error[:n] ** 2, axis=0)
+        variance = self._m2 / self._count
+        return mse / np.maximum(variance, 1e-12)
+
+    def nmse(self) -> float:
+        """Return the mean nMSE over targets for the sliding window (NaN before 2 samples)."""
+        return float(np.mean(self.nmse_per_target()))
+
+    def mse(self) -> float:
+        """Return the plain MSE over the window and all targets (NaN before 1 sample)."""
+        n = min(self._count, self.window)
+        return float(np.mean(self._error[:n] ** 2)) if n else float('nan')
+
+
+class LatencyLog:
+    """
+    Recent latencies (s) of a streaming node, for p50/p99 in diagnostics.
+
+    compute: time from entering the message callback to having published the prediction;
+    age: time from the input's header stamp to that publication (includes transport when
+    publisher and node share a clock). Bounded: the newest `size` of each.
+    """
+
+    def __init__(self, size: int = 10000) -> None:
+        self._compute = np.full(size, np.nan)
+        self._age = np.full(size, np.nan)
+        self._count = 0
+
+    def add(self, compute_s: float, age_s: float) -> None:
+        """Record one message."""
+        slot = self._count % self._compute.size
+        self._compute[slot] = compute_s
+        self._age[slot] = age_s
+        self._count += 1
+
+    def summary(self) -> dict:
+        """Return p50/p99 of both latencies in milliseconds (NaN before the first message)."""
+        out = {}
+        for name, values in (('latency', self._compute), ('age', self._age)):
+            valid = values[np.isfinite(values)]
+            for q in (50, 99):
+                out[f'{name}_p{q}_ms'] = (float(np.percentile(valid, q)) * 1e3 if valid.size
+                                          else float('nan'))
+        return out
+
+
+class Recorder:
+    """
+    The newest `size` (time, target, prediction, sliding nMSE) of a stream, for plots.
+
+    Bounded ring arrays; `save` writes them in time order to an .npz file.
+    """
+
+    def __init__(self, size: int, n_target: int) -> None:
+        self._time = np.zeros(size)
+        self._target = np.zeros((size, n_target))
+        self._prediction = np.zeros((size, n_target))
+        self._nmse = np.zeros(size)
+        self.count = 0
+
+    def add(self, time_s: float, target: np.ndarray, prediction: np.ndarray,
+            nmse: float) -> None:
+        """Record one scored sample."""
+        slot = self.count % self._time.size
+        self._time[slot] = time_s
+        self._target[slot] = target
+        self._prediction[slot] = prediction
+        self._nmse[slot] = nmse
+        self.count += 1
+
+    def save(self, path: str, names) -> str:
+        """Write time, target, prediction, nmse (time order) and names to `path` (.npz)."""
+        size = self._time.size
+        index = np.arange(max(0, self.count - size), self.count) % size
+        np.savez(path, time=self._time[index], target=self._target[index],
+                 prediction=self._prediction[index], nmse=self._nmse[index],
+                 names=np.array(list(names)))
+        return path

@@ -1,0 +1,182 @@
+"""
+arm_sim: the simulated 7-DoF arm (sim/arm.py) publishing `/joint_states` in real time.
+
+A simulation thread computes blocks of samples ahead and publishes each one at its own due
+time (1 kHz by default), stamped with that time, so stamps are evenly spaced and a
+subscriber's latency is measured from when the sample "happened". The payload at the flange
+changes at run time through the `payload_mass` parameter or a `std_msgs/Float64` on
+`~/payload_mass` (kg); it applies from the next block. With `publish_command` the motor
+torque also goes out as `std_msgs/Float64MultiArray` (ros2_control effort-controller style).
+"""
+import threading
+import time
+from typing import List
+
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor, SetParametersResult
+from rclpy._rclpy_pybind11 import RCLError
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from robot_dynamics_learning.nodes.conversions import float64_array_msg, joint_state_msg
+from robot_dynamics_learning.nodes.runtime import spin_node
+from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
+from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64, Float64MultiArray
+import torch
+
+
+class ArmSimNode(Node):
+    """Publishes simulated joint states; owns the simulator thread."""
+
+    def __init__(self) -> None:
+        super().__init__('arm_sim')
+
+        def declare(name, default, description, dynamic=False, **extra):
+            self.declare_parameter(name, default, ParameterDescriptor(
+                description=description, read_only=not dynamic, **extra))
+
+        declare('urdf', '', 'arm URDF path (empty: the package urdf/panda.urdf)')
+        declare('rate_hz', 1000.0, 'sample (and publish) rate',
+                floating_point_range=[FloatingPointRange(from_value=1.0, to_value=10000.0)])
+        declare('real_time_factor', 1.0, 'simulated seconds per wall second (0: as fast '
+                'as possible)',
+                floating_point_range=[FloatingPointRange(from_value=0.0, to_value=100.0)])
+        declare('block', 50, 'samples simulated ahead per block (larger: fewer, bigger '
+                'batched torch calls per sample; payload changes apply from the next block)')
+        declare('torch_threads', 1, 'torch intra-op threads of the simulation (1: its small '
+                'batched calls run about 10x slower split over two threads on a 2-core CPU)')
+        declare('trajectory', 'excitation', f'reference trajectory, one of {MODES}')
+        declare('payload_mass', 0.0, 'payload at the flange (kg); may change at run time',
+                dynamic=True,
+                floating_point_range=[FloatingPointRange(from_value=0.0, to_value=50.0)])
+        declare('payload_com', [0.0, 0.0, 0.05], 'payload centre of mass in the flange frame '
+                '(m)')
+        declare('noise_position', 1e-4, 'position noise standard deviation (rad)')
+        declare('noise_velocity', 2e-3, 'velocity noise standard deviation (rad/s)')
+        declare('noise_effort', 0.05, 'effort noise standard deviation (N m)')
+        declare('publish_command', False, 'also publish the motor torque on command_topic')
+        declare('command_topic', '/effort_controller/commands', 'torque command topic')
+        declare('duration_s', 0.0, 'stop publishing after this many simulated seconds (0: '
+                'never)')
+        declare('seed', 0, 'random seed of the trajectory and the sensor noise')
+        declare('payload_schedule', Parameter.Type.DOUBLE_ARRAY, 'scripted payload changes '
+                '[t1, mass1, t2, mass2, ...] (simulated s, kg); unset: none')
+        get = self.get_parameter
+        torch.set_num_threads(int(get('torch_threads').value))
+        schedule = list(self.get_parameter_or(
+            'payload_schedule', Parameter('payload_schedule', value=[])).value)
+        if len(schedule) % 2:
+            raise ValueError(f'payload_schedule needs (time, mass) pairs, got {schedule}')
+        self.schedule = sorted(zip(schedule[::2], schedule[1::2]))
+        self.block = int(get('block').value)
+        if self.block < 1:
+            raise ValueError(f'block must be >= 1, got {self.block}')
+        config = ArmConfig(
+            urdf=get('urdf').value, dt=1.0 / get('rate_hz').value,
+            noise_position=get('noise_position').value,
+            noise_velocity=get('noise_velocity').value, noise_effort=get('noise_effort').value,
+            payload_mass=get('payload_mass').value,
+            payload_com=tuple(get('payload_com').value), seed=get('seed').value,
+            reference=ReferenceConfig(mode=get('trajectory').value, seed=get('seed').value))
+        self.sim = ArmSimulator(config)
+        self.names: List[str] = self.sim.joint_names
+        self.factor = get('real_time_factor').value
+        self.duration = get('duration_s').value
+        self._pending_payload = None
+        self._lock = threading.Lock()
+        self.published = 0
+        self.overruns = 0
+        self.pub_states = self.create_publisher(JointState, 'joint_states', 10)
+        self.pub_command = (self.create_publisher(Float64MultiArray, get('command_topic').value,
+                                                  10)
+                            if get('publish_command').value else None)
+        self.create_subscription(Float64, '~/payload_mass', self._on_payload, 10)
+        self.add_on_set_parameters_callback(self._on_parameters)
+        self.create_timer(5.0, self._log_rate)
+        self._last_count = (0, time.monotonic())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name='arm_sim', daemon=True)
+        self._thread.start()
+        self.get_logger().info(f'simulating {len(self.names)} joints at '
+                               f'{get("rate_hz").value:.0f} Hz, payload '
+                               f'{config.payload_mass} kg')
+
+    def _log_rate(self) -> None:
+        count, stamp = self.published, time.monotonic()
+        rate = (count - self._last_count[0]) / (stamp - self._last_count[1])
+        self._last_count = (count, stamp)
+        self.get_logger().info(f'published {count} joint states ({rate:.0f} /s), sim time '
+                               f'{self.sim.time:.2f} s, late samples {self.overruns}, payload '
+                               f'{self.sim.payload[0]} kg')
+
+    def _request_payload(self, mass: float) -> None:
+        with self._lock:
+            self._pending_payload = float(mass)
+        self.get_logger().info(f'payload change to {mass} kg requested')
+
+    def _on_payload(self, msg: Float64) -> None:
+        if not (msg.data >= 0.0 and msg.data < float('inf')):
+            self.get_logger().warn(f'ignored payload mass {msg.data} (must be finite, >= 0)')
+            return
+        self._request_payload(msg.data)
+
+    def _on_parameters(self, parameters: List[Parameter]) -> SetParametersResult:
+        for parameter in parameters:
+            if parameter.name == 'payload_mass':
+                self._request_payload(parameter.value)
+        return SetParametersResult(successful=True)
+
+    def _run(self) -> None:
+        start_wall = time.monotonic()
+        start_ns = self.get_clock().now().nanoseconds
+        self.get_logger().info(f'stamp origin {start_ns} ns (stamp = origin + simulated time)')
+        while not self._stop.is_set() and (not self.duration or self.sim.time < self.duration):
+            with self._lock:
+                pending, self._pending_payload = self._pending_payload, None
+            while self.schedule and self.schedule[0][0] <= self.sim.time + 1e-9:
+                pending = self.schedule.pop(0)[1]
+                self.get_logger().info(f'scripted payload change to {pending} kg at '
+                                       f'{self.sim.time:.2f} s')
+            if pending is not None:
+                self.sim.set_payload(pending)
+            try:
+                samples = self.sim.run(self.block)
+            except FloatingPointError as error:
+                self.get_logger().error(f'simulation stopped: {error}')
+                return
+            for k, t in enumerate(samples.time):
+                if self.factor > 0:
+                    delay = start_wall + t / self.factor - time.monotonic()
+                    if delay > 2e-3:
+                        self._stop.wait(delay)
+                    elif delay > 0:
+                        time.sleep(delay)   # sub-ms sleeps are more precise than Event.wait
+                    elif delay < -5e-3:
+                        self.overruns += 1
+                if self._stop.is_set():
+                    return
+                stamp_ns = start_ns + int(round(t * 1e9 / (self.factor or 1.0)))
+                try:
+                    self.pub_states.publish(joint_state_msg(
+                        stamp_ns, self.names, samples.position[k, 0], samples.velocity[k, 0],
+                        samples.effort[k, 0]))
+                    if self.pub_command is not None:
+                        self.pub_command.publish(float64_array_msg(samples.command[k, 0]))
+                except RCLError:   # Ctrl-C shut the context down before destroy_node ran
+                    return
+                self.published += 1
+
+    def destroy_node(self) -> None:
+        """Stop the simulation thread first."""
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        super().destroy_node()
+
+
+def main(args=None) -> None:
+    """Run the node (console script `arm_sim`)."""
+    spin_node(ArmSimNode, args)
+
+
+if __name__ == '__main__':
+    main()

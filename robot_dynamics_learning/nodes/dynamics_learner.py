@@ -1,0 +1,341 @@
+"""
+dynamics_learner: learns the arm's inverse dynamics online and publishes predicted torques.
+
+Subscribes `/joint_states` (sensor-data QoS) and, with `torque_source: command`, a
+`std_msgs/Float64MultiArray` torque-command topic. For every accepted message it predicts the
+torque first (prequential), publishes `~/predicted_torques` (JointState, effort = prediction,
+header stamp copied from the input) and `~/predicted_torques_std` for models with variance,
+then stores the sample for the trainer thread (learning/continual.py). Bad messages are
+skipped, counted by reason and logged; the node never stops on them. Diagnostics (counts,
+training loss, prequential nMSE, latency) go to `/diagnostics` and the log periodically.
+Checkpoints: atomic, the last N kept, resumed at start (learning/checkpoint.py).
+
+Kept fast for a 1 kHz stream on a small CPU: the node spins on a SingleThreadedExecutor
+(less per-message overhead than the multi-threaded one), reuses one outgoing message per
+topic, lets the trainer thread use at most `train_cpu_share` of a core, and shortens the
+interpreter's GIL switch interval so the callback does not wait a whole 5 ms slice for the
+trainer thread to hand the GIL over.
+"""
+import array
+import json
+import time
+from typing import List, Optional
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.learning.buffer import BufferConfig
+from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
+from robot_dynamics_learning.learning.continual import (ContinualLearner,
+                                                        InverseDynamicsStream, LearnerConfig,
+                                                        TrainerConfig)
+from robot_dynamics_learning.learning.prequential import LatencyLog, Recorder
+from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
+                                                       joint_state_msg, JointStateParser,
+                                                       stamp_to_ns)
+from robot_dynamics_learning.nodes.runtime import spin_node
+from robot_dynamics_learning.signals.causal import CausalDifferentiator
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+import torch
+
+INVERSE_MODELS = ('lstm', 'ac_rkn_inverse', 'hybrid', 'rigid_body', 'ffnn')
+
+
+def _float_range(low: float, high: float) -> List[FloatingPointRange]:
+    return [FloatingPointRange(from_value=low, to_value=high, step=0.0)]
+
+
+def _int_range(low: int, high: int) -> List[IntegerRange]:
+    return [IntegerRange(from_value=low, to_value=high, step=1)]
+
+
+class DynamicsLearnerNode(Node):
+    """Thin ROS wrapper around `ContinualLearner` (all learning is ROS-free)."""
+
+    def __init__(self) -> None:
+        super().__init__('dynamics_learner')
+        self._declare_parameters()
+        get = self.get_parameter
+        self.model_type = get('model').value
+        if self.model_type not in INVERSE_MODELS:
+            raise ValueError(f'parameter model must be one of {INVERSE_MODELS}, got '
+                             f"'{self.model_type}'")
+        self.model_config = json.loads(get('model_config').value or '{}')
+        torch.set_num_threads(get('torch_threads').value)
+        names = list(self.get_parameter_or('joint_names',
+                                           Parameter('joint_names', value=[])).value)
+        self.torque_source = get('torque_source').value
+        if self.torque_source not in ('effort', 'command'):
+            raise ValueError(f"torque_source must be 'effort' or 'command', got "
+                             f"'{self.torque_source}'")
+        self.parser = JointStateParser(names or None, position=FieldNeed.REQUIRED,
+                                       velocity=FieldNeed.REQUIRED,
+                                       effort=FieldNeed.OPTIONAL)
+        self.command_parser = ArrayParser(len(names) if names else None)
+        self.reset_after = get('time_reset_s').value
+        self.time_resets = 0
+        self.predict_only = 0
+        self.learner: Optional[ContinualLearner] = None
+        self.stream: Optional[InverseDynamicsStream] = None
+        self.checkpoints: Optional[CheckpointDirectory] = None
+        self._last_command: Optional[np.ndarray] = None
+        self._out_torque: Optional[JointState] = None   # reused outgoing messages
+        self._out_std: Optional[JointState] = None
+        self.latency = LatencyLog()
+        self._last_log = time.monotonic()
+        self.record: Optional[Recorder] = None
+
+        self.pub_torque = self.create_publisher(JointState, '~/predicted_torques', 10)
+        self.pub_std = self.create_publisher(JointState, '~/predicted_torques_std', 10)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, 'joint_states', self._on_joint_state,
+                                 qos_profile_sensor_data)
+        if self.torque_source == 'command':
+            self.create_subscription(Float64MultiArray, get('command_topic').value,
+                                     self._on_command, 10)
+        self.create_timer(get('diagnostics_period_s').value, self._publish_diagnostics)
+        if names:
+            self._build(names)
+        self.get_logger().info(
+            f"learning '{self.model_type}' inverse dynamics from {self.torque_source} on "
+            f"{self.resolve_topic_name('joint_states')}")
+
+    def _declare_parameters(self) -> None:
+        def declare(name, default, description, **extra):
+            self.declare_parameter(name, default, ParameterDescriptor(
+                description=description, read_only=True, **extra))
+
+        declare('model', 'lstm', f'model type, one of {INVERSE_MODELS}')
+        declare('model_config', '{}', 'model settings as a JSON object (see docs/models.md)')
+        declare('joint_names', Parameter.Type.STRING_ARRAY, 'joints to learn, in this order; '
+                'unset: adopt the names of the first message')
+        declare('torque_source', 'effort', "'effort' (JointState effort) or 'command' "
+                '(Float64MultiArray on command_topic, joint order as joint_names)')
+        declare('command_topic', '/effort_controller/commands', 'torque command topic')
+        declare('checkpoint_dir', '', 'folder for checkpoints; empty disables them')
+        declare('keep_checkpoints', 3, 'checkpoints kept', integer_range=_int_range(1, 1000))
+        declare('checkpoint_period_s', 30.0, 'seconds between checkpoints',
+                floating_point_range=_float_range(0.1, 86400.0))
+        declare('resume', True, 'continue from the newest valid checkpoint if there is one')
+        declare('batch_size', 128, 'windows per mini-batch', integer_range=_int_range(1, 4096))
+        declare('window', 32, 'steps per training window', integer_range=_int_range(1, 1000))
+        declare('learning_rate', 3e-3, 'Adam learning rate',
+                floating_point_range=_float_range(1e-6, 1.0))
+        declare('grad_clip', 1.0, 'maximum gradient norm',
+                floating_point_range=_float_range(1e-6, 1e6))
+        declare('updates_per_sample', 0.1, 'training budget: updates per received sample '
+                '(0: as fast as possible)', floating_point_range=_float_range(0.0, 10.0))
+        declare('warmup_samples', 1000, 'samples before the first update (normalisation fit)',
+                integer_range=_int_range(1, 10_000_000))
+        declare('recent_capacity', 20000, 'samples in the ring of recent data',
+                integer_range=_int_range(10, 10_000_000))
+        declare('reservoir_windows', 2000, 'windows kept from the whole past (0: none)',
+                integer_range=_int_range(0, 1_000_000))
+        declare('recent_fraction', 0.8, 'share of each batch from recent data',
+                floating_point_range=_float_range(0.0, 1.0))
+        declare('gap_factor', 3.0, 'a step this many times the nominal period breaks windows',
+                floating_point_range=_float_range(1.01, 1000.0))
+        declare('prequential_window', 5000, 'samples in the sliding prequential nMSE',
+                integer_range=_int_range(2, 10_000_000))
+        declare('renormalize_factor', 10.0, 'refit the normalisation when a channel spreads '
+                'this many times wider than at the fit (a robot that started at rest); 0: never',
+                floating_point_range=_float_range(0.0, 1e6))
+        declare('publish_every', 5, 'updates between weight hand-overs to the predictor',
+                integer_range=_int_range(1, 100000))
+        declare('time_reset_s', 0.5, 'a stamp this far backwards is a time reset (looping '
+                'bag): state is reset instead of rejecting', floating_point_range=_float_range(
+                    0.0, 1e9))
+        declare('accel_window', 21, 'samples in the causal acceleration estimate (a one-sided '
+                'quadratic fit to velocities, signals/causal.py)',
+                integer_range=_int_range(3, 1000))
+        declare('diagnostics_period_s', 1.0, 'seconds between diagnostics',
+                floating_point_range=_float_range(0.01, 3600.0))
+        declare('torch_threads', 1, 'torch intra-op threads (training shares the CPU)',
+                integer_range=_int_range(1, 64))
+        declare('train_cpu_share', 0.5, 'share of one core the trainer thread may use (it '
+                'pauses between updates); leaves the callback room at 1 kHz on a small CPU',
+                floating_point_range=_float_range(0.01, 1.0))
+        declare('seed', 0, 'random seed of the buffer sampling and model initialisation')
+        declare('record_path', '', 'write the newest record_max_samples (stamp, measured '
+                'torque, prediction, prequential nMSE) to this .npz at shutdown; empty: off')
+        declare('record_max_samples', 200000, 'samples kept for record_path',
+                integer_range=_int_range(1, 100_000_000))
+
+    def _build(self, names: List[str]) -> None:
+        """Create model, learner and checkpoint folder once the joint names are known."""
+        get = self.get_parameter
+        n = len(names)
+        self.joint_names = names
+        torch.manual_seed(get('seed').value)
+        model, start_step, fitted = None, 0, False
+        folder = get('checkpoint_dir').value
+        if folder:
+            self.checkpoints = CheckpointDirectory(folder, get('keep_checkpoints').value)
+            if get('resume').value and self.checkpoints.paths():
+                try:
+                    loaded = self.checkpoints.load_latest(names, self.model_type)
+                    model, fitted = loaded.model, True
+                    start_step = int(loaded.metadata.get('steps', 0))
+                    self.get_logger().info(f'resumed from {loaded.path} (step {start_step})')
+                except ValueError as error:
+                    self.get_logger().error(f'cannot resume, starting fresh: {error}')
+        if model is None:
+            model = build_model(self.model_type, self.model_config, 3 * n, n, n)
+        config = LearnerConfig(
+            BufferConfig(window=get('window').value,
+                         recent_capacity=get('recent_capacity').value,
+                         reservoir_windows=get('reservoir_windows').value,
+                         recent_fraction=get('recent_fraction').value,
+                         gap_factor=get('gap_factor').value),
+            TrainerConfig(batch_size=get('batch_size').value,
+                          learning_rate=get('learning_rate').value,
+                          grad_clip=get('grad_clip').value,
+                          warmup_samples=get('warmup_samples').value,
+                          updates_per_sample=get('updates_per_sample').value,
+                          publish_every=get('publish_every').value,
+                          checkpoint_every_s=get('checkpoint_period_s').value,
+                          prequential_window=get('prequential_window').value,
+                          renormalize_factor=get('renormalize_factor').value,
+                          max_cpu_share=get('train_cpu_share').value))
+        save = None
+        if self.checkpoints is not None:
+            directory = self.checkpoints
+
+            def save_checkpoint(snapshot, metadata):
+                return directory.save(snapshot, names, metadata)
+            save = save_checkpoint
+
+        if get('record_path').value:
+            self.record = Recorder(get('record_max_samples').value, n)
+        self.learner = ContinualLearner(model, 3 * n, n, n, config,
+                                        np.random.default_rng(get('seed').value), save=save,
+                                        fit_normalization=not fitted, start_step=start_step)
+        self.stream = InverseDynamicsStream(n, CausalDifferentiator(
+            n, window=get('accel_window').value))
+        if self.command_parser.size is None:
+            self.command_parser = ArrayParser(n)
+        self._out_torque = joint_state_msg(0, names)
+        self._out_std = joint_state_msg(0, names)
+        self.learner.start()
+
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        result = self.command_parser.parse(msg)
+        if result.ok:
+            self._last_command = result.value
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        received = time.perf_counter()
+        if self._is_time_reset(msg):
+            self.parser.reset()
+        result = self.parser.parse(msg)
+        if not result.ok:
+            self._log_rejection(result)
+            return
+        sample = result.value
+        if self.learner is None:
+            self._build(list(self.parser.joint_names))
+        torque = sample.effort if self.torque_source == 'effort' else self._last_command
+        if torque is None:
+            self.predict_only += 1
+        stamp = sample.stamp_ns * 1e-9
+        features = self.stream.sample(stamp, sample.position, sample.velocity, torque)
+        if features is None:
+            return
+        observation, action, target = features
+        mean, variance = self.learner.observe(stamp, observation, action, target)
+        # One message per topic, built once: only the stamp (the input's) and effort change.
+        out = self._out_torque
+        out.header.stamp = msg.header.stamp
+        out.effort = _doubles(mean)
+        self.pub_torque.publish(out)
+        if variance is not None:
+            out = self._out_std
+            out.header.stamp = msg.header.stamp
+            out.effort = _doubles(np.sqrt(np.maximum(variance, 0.0)))
+            self.pub_std.publish(out)
+        now_ns = self.get_clock().now().nanoseconds
+        self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
+        if self.record is not None and target is not None:
+            self.record.add(stamp, target, mean, self.learner.prequential.nmse())
+
+    def _is_time_reset(self, msg: JointState) -> bool:
+        """Return True (and reset learning state) when time jumped back by time_reset_s."""
+        last = self.parser.stamps.last_ns
+        try:
+            stamp_ns = stamp_to_ns(msg.header.stamp)
+        except (AttributeError, TypeError, ValueError):
+            return False   # malformed: the parser rejects and counts it
+        if last is None or (last - stamp_ns) * 1e-9 < self.reset_after:
+            return False
+        self.time_resets += 1
+        if self.learner is not None:
+            self.learner.reset()
+            self.stream.reset()
+        self.get_logger().warn(f'time went back by {(last - stamp_ns) * 1e-9:.3f} s: '
+                               'treated as a reset (looping bag or restarted clock)')
+        return True
+
+    def _log_rejection(self, result) -> None:
+        now = time.monotonic()
+        if now - self._last_log > 1.0:   # throttled: a flood of bad messages must not flood logs
+            self._last_log = now
+            self.get_logger().warn(f'rejected joint state ({result.reason.value}): '
+                                   f'{result.detail}; {self.parser.counter.summary()}')
+
+    def diagnostics(self) -> dict:
+        """Return every counter and metric as a flat dict."""
+        values = {f'messages_{key}': value
+                  for key, value in self.parser.counter.as_dict().items()}
+        values.update(time_resets=self.time_resets, predict_only=self.predict_only,
+                      commands_rejected=self.command_parser.counter.total_rejected)
+        values.update(self.latency.summary())
+        if self.learner is not None:
+            values.update(self.learner.diagnostics())
+        return values
+
+    def _publish_diagnostics(self) -> None:
+        values = self.diagnostics()
+        status = DiagnosticStatus(name=f'{self.get_name()}: continual learning',
+                                  hardware_id=self.get_fully_qualified_name())
+        error = values.get('last_error', '')
+        status.level = DiagnosticStatus.WARN if error else DiagnosticStatus.OK
+        status.message = error or 'learning'
+        status.values = [KeyValue(key=key, value=f'{value:.6g}' if isinstance(value, float)
+                                  else str(value)) for key, value in values.items()]
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.pub_diag.publish(array)
+        self.get_logger().info(
+            f"{self.parser.counter.summary()}; samples {values.get('samples', 0)}, "
+            f"steps {values.get('train_steps', 0)}, loss {values.get('training_loss', 0):.4g}, "
+            f"prequential nMSE {values.get('prequential_nmse', float('nan')):.4g}, "
+            f"latency p50 {values['latency_p50_ms']:.3f} ms p99 {values['latency_p99_ms']:.3f}"
+            ' ms')
+
+    def destroy_node(self) -> None:
+        """Stop training and write a last checkpoint before the node goes."""
+        if self.learner is not None:
+            self.learner.stop(checkpoint=True)
+        if self.record is not None:
+            path = self.record.save(self.get_parameter('record_path').value, self.joint_names)
+            self.get_logger().info(f'recorded {self.record.count} samples to {path}')
+        super().destroy_node()
+
+
+def _doubles(values: np.ndarray) -> array.array:
+    """(n,) array -> array('d'), the message setter's fast path."""
+    return array.array('d', np.asarray(values, np.float64).tobytes())
+
+
+def main(args=None) -> None:
+    """Run the node (console script `dynamics_learner`)."""
+    spin_node(DynamicsLearnerNode, args)  # training has its own thread
+
+
+if __name__ == '__main__':
+    main()

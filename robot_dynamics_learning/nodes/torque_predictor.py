@@ -1,0 +1,187 @@
+"""
+torque_predictor: predicted torques from a checkpoint, without training (deployment).
+
+Loads the newest valid checkpoint of `checkpoint_dir` (learning/checkpoint.py: weights_only
+load, joint order checked, a corrupt newest file logged and skipped for the previous one),
+then for every accepted `/joint_states` message publishes `~/predicted_torques` (and
+`~/predicted_torques_std` for models with variance), header stamp copied from the input.
+A timer polls the folder and swaps in a newer checkpoint between messages, keeping the
+recurrent state, so a learner elsewhere (another machine, a GPU) can feed many predictors.
+"""
+from pathlib import Path
+import threading
+import time
+from typing import Optional
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
+from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, Published,
+                                                        StreamingPredictor)
+from robot_dynamics_learning.learning.prequential import LatencyLog, PrequentialError
+from robot_dynamics_learning.models.base import DynamicsModel
+from robot_dynamics_learning.nodes.conversions import (FieldNeed, joint_state_msg,
+                                                       JointStateParser, stamp_to_ns)
+from robot_dynamics_learning.nodes.runtime import spin_node
+from robot_dynamics_learning.signals.causal import CausalDifferentiator
+from sensor_msgs.msg import JointState
+import torch
+
+
+class TorquePredictorNode(Node):
+    """Prediction-only counterpart of dynamics_learner."""
+
+    def __init__(self) -> None:
+        super().__init__('torque_predictor')
+
+        def declare(name, default, description, **extra):
+            self.declare_parameter(name, default, ParameterDescriptor(
+                description=description, read_only=True, **extra))
+
+        declare('checkpoint_dir', '', 'folder of checkpoints written by dynamics_learner')
+        declare('poll_period_s', 1.0, 'seconds between checks for a newer checkpoint',
+                floating_point_range=[FloatingPointRange(from_value=0.05, to_value=3600.0)])
+        declare('accel_window', 21, 'samples in the causal acceleration estimate')
+        declare('history_size', 32, 'recent samples replayed to warm up the recurrent state of '
+                'a newly loaded model (one training window)')
+        declare('time_reset_s', 0.5, 'a stamp this far backwards resets the recurrent state')
+        declare('diagnostics_period_s', 1.0, 'seconds between diagnostics')
+        declare('torch_threads', 1, 'torch intra-op threads')
+        get = self.get_parameter
+        torch.set_num_threads(get('torch_threads').value)
+        folder = get('checkpoint_dir').value
+        if not folder:
+            raise ValueError('parameter checkpoint_dir must name a folder of checkpoints')
+        self.checkpoints = CheckpointDirectory(Path(folder))
+        self.reset_after = get('time_reset_s').value
+        self._accel_window = get('accel_window').value
+        self._history_size = get('history_size').value
+        self._lock = threading.Lock()
+        self._model: Optional[DynamicsModel] = None
+        self._version = 0
+        self._loaded_path: Optional[Path] = None
+        self.loads = 0
+        self.load_errors = 0
+        self.time_resets = 0
+        self.joint_names = None
+        self.parser: Optional[JointStateParser] = None
+        self.predictor: Optional[StreamingPredictor] = None
+        self.stream: Optional[InverseDynamicsStream] = None
+        self.prequential: Optional[PrequentialError] = None
+        self.latency = LatencyLog()
+        self.pub_torque = self.create_publisher(JointState, '~/predicted_torques', 10)
+        self.pub_std = self.create_publisher(JointState, '~/predicted_torques_std', 10)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, 'joint_states', self._on_joint_state,
+                                 qos_profile_sensor_data,
+                                 callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(get('poll_period_s').value, self._poll,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(get('diagnostics_period_s').value, self._publish_diagnostics,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+        self._poll()
+
+    def _poll(self) -> None:
+        """Load the newest valid checkpoint if it is not the one in use."""
+        paths = self.checkpoints.paths()
+        if not paths or paths[-1] == self._loaded_path:
+            return
+        try:
+            loaded = self.checkpoints.load_latest(self.joint_names)
+        except (ValueError, FileNotFoundError, OSError) as error:
+            self.load_errors += 1
+            self.get_logger().error(f'checkpoint not loaded, keeping the current model: {error}')
+            return
+        if loaded.path == self._loaded_path:
+            return
+        for parameter in loaded.model.parameters():
+            parameter.requires_grad_(False)
+        with self._lock:
+            if self.joint_names is None:
+                self.joint_names = list(loaded.joint_names)
+                n = len(self.joint_names)
+                self.parser = JointStateParser(self.joint_names, velocity=FieldNeed.REQUIRED,
+                                               effort=FieldNeed.OPTIONAL)
+                self.stream = InverseDynamicsStream(
+                    n, CausalDifferentiator(n, window=self._accel_window))
+                self.prequential = PrequentialError(n)
+            self._model = loaded.model
+            self._version += 1
+        self._loaded_path = loaded.path
+        self.loads += 1
+        self.get_logger().info(f'using checkpoint {loaded.path} '
+                               f"(step {loaded.metadata.get('steps', '?')})")
+
+    def _published(self) -> Published:
+        with self._lock:
+            return Published(self._version, self._model)
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        received = time.perf_counter()
+        if self.parser is None:
+            return   # no checkpoint yet: nothing to predict with
+        if self.predictor is None:
+            model = self._model
+            self.predictor = StreamingPredictor(self._published, model.n_obs, model.n_act,
+                                                self._history_size)
+        last = self.parser.stamps.last_ns
+        try:
+            stamp_ns = stamp_to_ns(msg.header.stamp)
+        except (AttributeError, TypeError, ValueError):
+            stamp_ns = last   # malformed: the parser rejects and counts it
+        if last is not None and (last - stamp_ns) * 1e-9 >= self.reset_after:
+            self.time_resets += 1
+            self.parser.reset()
+            self.stream.reset()
+            self.predictor.reset()
+        result = self.parser.parse(msg)
+        if not result.ok:
+            return
+        sample = result.value
+        features = self.stream.sample(sample.stamp_ns * 1e-9, sample.position, sample.velocity,
+                                      sample.effort)
+        if features is None:
+            return
+        observation, action, target = features
+        mean, variance = self.predictor.predict(observation, action)
+        self.pub_torque.publish(joint_state_msg(sample.stamp_ns, self.joint_names,
+                                                effort=mean))
+        if variance is not None:
+            self.pub_std.publish(joint_state_msg(sample.stamp_ns, self.joint_names,
+                                                 effort=np.sqrt(np.maximum(variance, 0.0))))
+        if target is not None:
+            self.prequential.update(mean, target)
+        now_ns = self.get_clock().now().nanoseconds
+        self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
+
+    def _publish_diagnostics(self) -> None:
+        values = {'checkpoint': str(self._loaded_path), 'loads': self.loads,
+                  'load_errors': self.load_errors, 'time_resets': self.time_resets}
+        if self.parser is not None:
+            values.update({f'messages_{k}': v for k, v in self.parser.counter.as_dict().items()})
+            values['nmse'] = self.prequential.nmse()
+        values.update(self.latency.summary())
+        status = DiagnosticStatus(name=f'{self.get_name()}: torque prediction',
+                                  hardware_id=self.get_fully_qualified_name(),
+                                  level=DiagnosticStatus.OK if self._model is not None
+                                  else DiagnosticStatus.WARN,
+                                  message='predicting' if self._model is not None
+                                  else 'waiting for a checkpoint')
+        status.values = [KeyValue(key=k, value=f'{v:.6g}' if isinstance(v, float) else str(v))
+                         for k, v in values.items()]
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.pub_diag.publish(array)
+
+
+def main(args=None) -> None:
+    """Run the node (console script `torque_predictor`)."""
+    spin_node(TorquePredictorNode, args, threads=2)
+
+
+if __name__ == '__main__':
+    main()
