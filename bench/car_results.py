@@ -1,0 +1,75 @@
+"""
+Accuracy results of the car stack (numbers for docs/results_car.md).
+
+1. Real DART data, file split (15 files train, 2 held out): the seed's MLP vs the kinematic
+   bicycle baseline, one-step relative velocity error (Eq. 11) and 1 s open-loop rollout
+   errors (end position, yaw, TVE Eq. 10). Saves config/models/car_mlp_dart.pt.
+2. Simulated data: the shipped sim model vs a bicycle fitted to the same data.
+3. The seed's offline scenarios in the simulator (20 starts each) and 3 offline MPC laps.
+Writes bench/results/car_results.json and docs/img/car_scenarios.png, docs/img/car_lap.png.
+"""
+import json
+from pathlib import Path
+import time
+
+from robot_dynamics_learning.control.car_training import (car_data, load_car_model,
+                                                          save_car_model, train_car)
+from robot_dynamics_learning.control.demo_lap import DEFAULT_MODEL, drive_laps, plot_lap
+from robot_dynamics_learning.control.scenarios import plot_scenarios, run_all
+from robot_dynamics_learning.models.car_common import evaluate_car_model
+from robot_dynamics_learning.sim.car import CarParams
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / 'bench' / 'results' / 'car_results.json'
+IMG = ROOT / 'docs' / 'img'
+DART_MLP_EPOCHS = 60
+DART_MLP_LR = 1e-3
+BICYCLE_EPOCHS = 20
+
+
+def dart_results() -> dict:
+    """Train both models on the DART training files, evaluate on the held-out files."""
+    train, test = car_data('dart', 0.05)
+    out = {'train_transitions': int(len(train.observations)),
+           'test_transitions': int(len(test.observations))}
+    for model_type, epochs, lr in (('car_mlp', DART_MLP_EPOCHS, DART_MLP_LR),
+                                   ('car_bicycle', BICYCLE_EPOCHS, None)):
+        start = time.perf_counter()
+        model, metrics = train_car(model_type, train, test, epochs, lr=lr)
+        metrics['train_seconds'] = time.perf_counter() - start
+        out[model_type] = metrics
+        if model_type == 'car_mlp':
+            save_car_model(ROOT / 'config' / 'models' / 'car_mlp_dart.pt', model,
+                           {'source': 'dart', 'epochs': epochs, 'test_metrics': metrics})
+    return out
+
+
+def sim_results() -> dict:
+    """Evaluate the shipped sim model and a bicycle fitted to simulated data."""
+    train, test = car_data('sim', 0.05, minutes=15.0)
+    _, bicycle = train_car('car_bicycle', train, test, BICYCLE_EPOCHS)
+    shipped = evaluate_car_model(load_car_model(DEFAULT_MODEL), test, 20)
+    return {'car_mlp_shipped': shipped, 'car_bicycle': bicycle}
+
+
+def main() -> None:
+    """Run all parts, then write the JSON and the plots."""
+    torch.set_num_threads(1)
+    IMG.mkdir(parents=True, exist_ok=True)
+    result = {'threads': 1, 'dart': dart_results(), 'sim': sim_results()}
+    scenarios = run_all(load_car_model(DEFAULT_MODEL), CarParams(), starts=20)
+    plot_scenarios(scenarios, IMG / 'car_scenarios.png')
+    result['scenarios'] = [{k: v for k, v in r.items()
+                            if k not in ('controls', 'predicted', 'simulated')}
+                           for r in scenarios]
+    lap = drive_laps(laps=3.0, max_time_s=120.0)
+    plot_lap(lap, IMG / 'car_lap.png')
+    result['offline_laps'] = {k: v for k, v in lap.items() if k not in ('arrays', 'track')}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == '__main__':
+    main()

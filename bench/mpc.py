@@ -1,0 +1,138 @@
+"""
+MPC compute per tick: horizon 20, 3 gradient iterations, 512-candidate line search, eager.
+
+Two controllers each drive their own simulated car around the oval (states as the car really
+visits them, warm starts as on the car); their ticks alternate, so background load hits both
+alike: `TrackMPC` as shipped (eager, no torch.compile) and a plain eager reference that
+computes the same costs the straightforward way (`ReferenceMPC`: the model's one-step
+`transition` chained per step, nearest centre-line points by a direct distance search).
+One torch thread. Writes bench/results/mpc.json: per-tick p50/p99 (ms), per-iteration times,
+their ratios, the share of ticks that ran all 3 iterations, and the largest difference of the
+two controllers' costs on the same 64 controls near the plan, over the spread of those costs
+(same function: float32 rounding only).
+"""
+import json
+import os
+from pathlib import Path
+import time
+
+import numpy as np
+from robot_dynamics_learning.control.car_training import load_car_model
+from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
+                                                   progress_cost, regularizer)
+from robot_dynamics_learning.control.demo_lap import DEFAULT_MODEL, DEFAULT_TRACK
+from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
+from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.control.track import load_track_spec, Track
+from robot_dynamics_learning.sim.car import CarParams, simulate
+import torch
+
+RESULTS = Path(__file__).resolve().parent / 'results' / 'mpc.json'
+TICKS = 200
+ITERATIONS = 3
+
+
+def reference_project(xy: torch.Tensor, window: tuple) -> tuple:
+    """Track coordinates as `Track.project` computes them, by a direct (..., W, 2) search."""
+    points, tangents, lengths, offsets = window
+    rel = xy.unsqueeze(-2) - points
+    nearest = (rel * rel).sum(-1).argmin(-1)
+    ahead = (rel.gather(-2, nearest[..., None, None].expand(*nearest.shape, 1, 2))
+             .squeeze(-2) * tangents[nearest]).sum(-1)
+    k = torch.where((ahead < 0) & (nearest > 0), nearest - 1, nearest)
+    d = xy - points[k]
+    t = torch.minimum(torch.clamp((d * tangents[k]).sum(-1), min=0.0), lengths[k])
+    return offsets[k] + t, d[..., 1] * tangents[k][..., 0] - d[..., 0] * tangents[k][..., 1]
+
+
+class ReferenceMPC(TrackMPC):
+    """The same MPC with the plain eager cost: per-step `transition`, direct projection."""
+
+    def _cost(self, u: torch.Tensor, x0: torch.Tensor, s0: torch.Tensor,
+              previous: torch.Tensor, points: torch.Tensor, tangents: torch.Tensor,
+              lengths: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        cfg = self.config
+        current = x0.expand(u.shape[0], 6)
+        outputs = []
+        for i in range(u.shape[1]):
+            current = self.model.transition(current, u[:, i])
+            outputs.append(current)
+        states = torch.stack(outputs, dim=1)
+        s, lateral = reference_project(states[..., :2], (points, tangents, lengths, offsets))
+        return (progress_cost(s[:, -1] - s0, states[..., 3], cfg.target_speed,
+                              cfg.progress_weight, cfg.speed_weight)
+                + excursion_cost(lateral, self.track.half_width, cfg.track_margin,
+                                 cfg.excursion_weight, cfg.centre_weight)
+                + regularizer(u, previous, cfg.magnitude_weight, cfg.rate_weight)
+                + limit_barrier(u, self.lower, self.upper, cfg.barrier_weight))
+
+
+def _stats(times: list, iterations: list) -> dict:
+    times = np.asarray(times)
+    return {'tick_ms_p50': float(np.percentile(times, 50)),
+            'tick_ms_p99': float(np.percentile(times, 99)),
+            'tick_ms_max': float(times.max()),
+            'iteration_ms_p50': float(np.percentile(times, 50) / ITERATIONS),
+            'share_full_iterations': float(np.mean(np.asarray(iterations) == ITERATIONS))}
+
+
+def run(ticks: int = TICKS) -> dict:
+    """Alternate ticks of the shipped and the reference MPC, each with its own car."""
+    model = load_car_model(DEFAULT_MODEL)
+    track = Track(load_track_spec(DEFAULT_TRACK))
+    config = MPCConfig(horizon=20, budget_s=10.0)
+    controllers = {name: cls(model, track, config, LineSearchOptimizer(OptimizerConfig(
+        iterations=ITERATIONS, candidates=512, stop_early=False)))
+        for name, cls in (('eager', TrackMPC), ('reference', ReferenceMPC))}
+    for mpc in controllers.values():
+        mpc.warm_up()
+    start = np.zeros((1, 6))
+    start[0, :3] = track.pose_at(0.0)
+    states = {name: start.copy() for name in controllers}
+    log = {name: ([], []) for name in controllers}
+    params = CarParams(dt=1.0 / 240.0)
+    gap = 0.0
+    for tick in range(ticks):
+        for name, mpc in controllers.items():
+            result = mpc.solve(states[name][0])
+            log[name][0].append(result.seconds * 1e3)
+            log[name][1].append(result.iterations)
+            states[name] = simulate(states[name], result.command[None, None], params,
+                                    model.h)[:, -1]
+        if tick % 20 == 0:  # same function: both costs on the same controls near the plan
+            u = (controllers['eager'].warm_start() + 0.1 * torch.randn(64, config.horizon, 2)
+                 ).clamp(-1.0, 1.0)
+            with torch.no_grad():
+                costs = [mpc.cost_closure(states['eager'][0])(u)
+                         for mpc in controllers.values()]
+            gap = max(gap, float((costs[0] - costs[1]).abs().max()
+                                 / (costs[1].max() - costs[1].min())))
+    result = {name: _stats(*log[name]) for name in controllers}
+    result['max_cost_difference_over_cost_spread'] = gap
+    return result
+
+
+def main() -> None:
+    """Measure the shipped and the reference MPC in one run and write the JSON."""
+    torch.set_num_threads(1)
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    timing = run()
+    eager, reference = timing['eager'], timing['reference']
+    result = {
+        'threads': 1, 'horizon': 20, 'candidates': 512, 'iterations_per_tick': ITERATIONS,
+        'compiled': False, 'load_average_1min_at_start': load,
+        'load_average_1min_at_end': os.getloadavg()[0],
+        'seconds': time.perf_counter() - started, **timing,
+        'speedup_p50': reference['tick_ms_p50'] / eager['tick_ms_p50'],
+        'speedup_p99': reference['tick_ms_p99'] / eager['tick_ms_p99'],
+        'meets_50ms_p99': eager['tick_ms_p99'] <= 50.0,
+        'note': 'early stopping is off so every tick runs all iterations; tick and iteration '
+                'times include the 512-candidate line search; ticks of the two alternate'}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,64 @@
+"""
+The RC car with motion capture: car_state_estimator -> car_mpc (-> car_model_learner).
+
+    ros2 launch robot_dynamics_learning car_mpc.launch.py mocap_topic:=/vrpn_mocap/car/pose \
+        command_topic:=/car/cmd checkpoint:=/path/to/car_mlp_dart.pt
+    ros2 launch robot_dynamics_learning car_mpc.launch.py learn:=true  # keep learning
+
+Arguments: mocap_topic (PoseStamped of the car's rigid body), command_topic (Twist out:
+linear.x throttle, angular.z steering, see docs/car.md), params, track, checkpoint, learn,
+checkpoint_dir (where car_model_learner writes and car_mpc reloads models).
+On a real car set throttle_min to the ESC's lowest allowed throttle in the params file
+(0.0 for the DART car).
+"""
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition
+from launch.substitutions import LaunchConfiguration, PythonExpression
+from launch_ros.actions import Node
+
+PACKAGE = 'robot_dynamics_learning'
+
+
+def generate_launch_description() -> LaunchDescription:
+    """Declare the arguments, the estimator, the MPC and the optional learner."""
+    share = get_package_share_directory(PACKAGE)
+    params = LaunchConfiguration('params')
+    learn = LaunchConfiguration('learn')
+    checkpoint_dir = LaunchConfiguration('checkpoint_dir')
+    return LaunchDescription([
+        DeclareLaunchArgument('mocap_topic', default_value='/vrpn_mocap/rc_car/pose',
+                              description='PoseStamped of the car from the mocap system'),
+        DeclareLaunchArgument('command_topic', default_value='/rc_car/cmd',
+                              description='Twist command topic of the car driver'),
+        DeclareLaunchArgument('params', default_value=os.path.join(share, 'config',
+                                                                   'car.yaml'),
+                              description='YAML parameters of the car nodes'),
+        DeclareLaunchArgument('track', default_value=os.path.join(share, 'config', 'tracks',
+                                                                  'oval.yaml'),
+                              description='race track YAML'),
+        DeclareLaunchArgument('checkpoint', default_value=os.path.join(
+            share, 'config', 'models', 'car_mlp_sim.pt'), description='car model checkpoint'),
+        DeclareLaunchArgument('learn', default_value='false',
+                              description='also run car_model_learner'),
+        DeclareLaunchArgument('checkpoint_dir', default_value='/tmp/car_model',
+                              description='folder of learned checkpoints'),
+        Node(package=PACKAGE, executable='car_state_estimator', name='car_state_estimator',
+             output='screen', parameters=[params],
+             remappings=[('mocap_pose', LaunchConfiguration('mocap_topic'))]),
+        Node(package=PACKAGE, executable='car_mpc', name='car_mpc', output='screen',
+             parameters=[params, {
+                 'track_file': LaunchConfiguration('track'),
+                 'checkpoint': LaunchConfiguration('checkpoint'),
+                 'checkpoint_dir': PythonExpression(["'", checkpoint_dir, "' if '", learn,
+                                                     "' == 'true' else ''"])}],
+             remappings=[('command', LaunchConfiguration('command_topic'))]),
+        Node(package=PACKAGE, executable='car_model_learner', name='car_model_learner',
+             output='screen', condition=IfCondition(learn),
+             parameters=[params, {'checkpoint': LaunchConfiguration('checkpoint'),
+                                  'checkpoint_dir': checkpoint_dir}],
+             remappings=[('command', LaunchConfiguration('command_topic'))]),
+    ])

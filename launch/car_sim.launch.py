@@ -1,0 +1,98 @@
+"""
+Simulated RC car driven by the MPC: car_sim -> car_state_estimator -> car_mpc -> car_sim.
+
+    ros2 launch robot_dynamics_learning car_sim.launch.py
+    ros2 launch robot_dynamics_learning car_sim.launch.py learn:=true   # + car_model_learner
+    ros2 launch robot_dynamics_learning car_sim.launch.py gazebo:=true  # Gazebo car instead
+
+Arguments: params (YAML of all car nodes), track (track YAML), checkpoint (car model),
+learn (also run car_model_learner; car_mpc then reloads its checkpoints), gazebo (drive the
+urdf/rc_car.urdf car in gz sim through ros_gz: its pose is bridged as the mocap pose and
+cmd_vel_gz as its AckermannSteering command; our simulator is not started).
+"""
+import os
+
+from ament_index_python.packages import get_package_share_directory, PackageNotFoundError
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+from launch.conditions import IfCondition, UnlessCondition
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+from launch.substitutions import Command, LaunchConfiguration, PythonExpression
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+
+PACKAGE = 'robot_dynamics_learning'
+MOCAP_TOPIC = '/vrpn_mocap/rc_car/pose'
+
+
+def generate_launch_description() -> LaunchDescription:
+    """Declare the arguments and the car nodes (plus Gazebo when asked)."""
+    share = get_package_share_directory(PACKAGE)
+    params = LaunchConfiguration('params')
+    track = LaunchConfiguration('track')
+    gazebo = LaunchConfiguration('gazebo')
+    checkpoint_dir = '/tmp/car_model'
+    learn = LaunchConfiguration('learn')
+    return LaunchDescription([
+        DeclareLaunchArgument('params', default_value=os.path.join(share, 'config',
+                                                                   'car.yaml'),
+                              description='YAML parameters of the car nodes'),
+        DeclareLaunchArgument('track', default_value=os.path.join(share, 'config', 'tracks',
+                                                                  'oval.yaml'),
+                              description='race track YAML'),
+        DeclareLaunchArgument('checkpoint', default_value=os.path.join(
+            share, 'config', 'models', 'car_mlp_sim.pt'), description='car model checkpoint'),
+        DeclareLaunchArgument('learn', default_value='false',
+                              description='also run car_model_learner'),
+        DeclareLaunchArgument('gazebo', default_value='false',
+                              description='drive the Gazebo car instead of car_sim'),
+        Node(package=PACKAGE, executable='car_sim', name='car_sim', output='screen',
+             parameters=[params, {'track_file': track}],
+             remappings=[('mocap_pose', MOCAP_TOPIC)], condition=UnlessCondition(gazebo)),
+        Node(package=PACKAGE, executable='car_state_estimator', name='car_state_estimator',
+             output='screen', parameters=[params], remappings=[('mocap_pose', MOCAP_TOPIC)]),
+        Node(package=PACKAGE, executable='car_mpc', name='car_mpc', output='screen',
+             parameters=[params, {
+                 'track_file': track, 'checkpoint': LaunchConfiguration('checkpoint'),
+                 'checkpoint_dir': PythonExpression(["'", checkpoint_dir, "' if '", learn,
+                                                     "' == 'true' else ''"]),
+                 'publish_gz_cmd': ParameterValue(gazebo, value_type=bool)}]),
+        Node(package=PACKAGE, executable='car_model_learner', name='car_model_learner',
+             output='screen', condition=IfCondition(learn),
+             parameters=[params, {'checkpoint': LaunchConfiguration('checkpoint'),
+                                  'checkpoint_dir': checkpoint_dir}]),
+    ] + (_gazebo_actions(share, gazebo) if _has('ros_gz_sim') else []))
+
+
+def _gazebo_actions(share: str, gazebo: LaunchConfiguration) -> list:
+    """Start gz sim with the car world, spawn the URDF car, bridge pose and command."""
+    return [
+        IncludeLaunchDescription(
+            PythonLaunchDescriptionSource(os.path.join(
+                get_package_share_directory('ros_gz_sim'), 'launch', 'gz_sim.launch.py')),
+            launch_arguments={'gz_args': '-r ' + os.path.join(share, 'worlds',
+                                                              'car_track.sdf')}.items(),
+            condition=IfCondition(gazebo)),
+        Node(package='robot_state_publisher', executable='robot_state_publisher',
+             condition=IfCondition(gazebo), parameters=[{'robot_description': ParameterValue(
+                 Command(['cat ', os.path.join(share, 'urdf', 'rc_car.urdf')]),
+                 value_type=str)}]),
+        Node(package='ros_gz_sim', executable='create', condition=IfCondition(gazebo),
+             arguments=['-topic', 'robot_description', '-name', 'rc_car', '-z', '0.05']),
+        Node(package='ros_gz_bridge', executable='parameter_bridge', condition=IfCondition(
+            gazebo), arguments=[
+                '/model/rc_car/pose@geometry_msgs/msg/PoseStamped[gz.msgs.Pose',
+                '/model/rc_car/cmd_vel@geometry_msgs/msg/Twist]gz.msgs.Twist',
+                '/clock@rosgraph_msgs/msg/Clock[gz.msgs.Clock'],
+             remappings=[('/model/rc_car/pose', MOCAP_TOPIC),
+                         ('/model/rc_car/cmd_vel', 'cmd_vel_gz')]),
+    ]
+
+
+def _has(package: str) -> bool:
+    """Return True when an ament package is installed (Gazebo pieces are optional)."""
+    try:
+        get_package_share_directory(package)
+    except PackageNotFoundError:
+        return False
+    return True

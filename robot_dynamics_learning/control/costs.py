@@ -1,0 +1,73 @@
+"""
+Trajectory costs of seed 003 (Sec. III-B) plus the race-track costs of its online experiment.
+
+Shapes: states (K, H, 6) [x, y, yaw, vx, vy, r] predicted for K candidate control sequences
+(K, H, 2); every cost returns (K,). All are differentiable (the optimiser backpropagates).
+"""
+from typing import Dict, Optional, Sequence
+
+import torch
+
+
+def target_cost(states: torch.Tensor, targets: Dict[int, Sequence[float]],
+                weights: Sequence[float] = (1.0, 1.0, 1.0)) -> torch.Tensor:
+    """
+    Eq. 4: sum over chosen steps i of ||x_i - xbar_i||^2 on the pose [x, y, yaw].
+
+    targets maps a step index (0-based into the H predicted states, negative from the end)
+    to a target pose; weights scale the x, y and yaw errors (m and rad differ in scale).
+    """
+    weight = states.new_tensor(weights)
+    total = states.new_zeros(states.shape[0])
+    for step, pose in targets.items():
+        error = states[:, step, :3] - states.new_tensor(pose)
+        total = total + (weight * error ** 2).sum(-1)
+    return total
+
+
+def regularizer(controls: torch.Tensor, previous: Optional[torch.Tensor] = None,
+                magnitude: float = 1.0, rate: float = 1.0) -> torch.Tensor:
+    """
+    Eq. 5: magnitude * sum |u_i|^2 + rate * sum |u_i - u_{i-1}|^2.
+
+    previous (2,), when given, is the command already applied, so the first step's rate is
+    penalised too (the MPC must not jump away from what the car is doing).
+    """
+    total = magnitude * (controls ** 2).sum((1, 2))
+    diffs = controls[:, 1:] - controls[:, :-1]
+    total = total + rate * (diffs ** 2).sum((1, 2))
+    if previous is not None:
+        total = total + rate * ((controls[:, 0] - previous) ** 2).sum(-1)
+    return total
+
+
+def limit_barrier(controls: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
+                  weight: float = 100.0) -> torch.Tensor:
+    """Eq. 6: one-sided quadratic barriers B(z) = max(z, 0)^2 on u_l - u and u - u_b."""
+    below = torch.clamp(lower - controls, min=0.0)
+    above = torch.clamp(controls - upper, min=0.0)
+    return weight * (below ** 2 + above ** 2).sum((1, 2))
+
+
+def progress_cost(progress: torch.Tensor, speeds: torch.Tensor, target_speed: float,
+                  progress_weight: float, speed_weight: float) -> torch.Tensor:
+    """
+    Advance along the track at a target speed (the seed's online objective).
+
+    progress (K,): metres gained along the centre line over the horizon (rewarded);
+    speeds (K, H): forward body speed (m/s), penalised quadratically around target_speed.
+    """
+    return (-progress_weight * progress
+            + speed_weight * ((speeds - target_speed) ** 2).sum(-1))
+
+
+def excursion_cost(lateral: torch.Tensor, half_width: float, margin: float,
+                   weight: float, centre_weight: float = 0.0) -> torch.Tensor:
+    """
+    Track-excursion penalty: weight * sum max(|d| - (half_width - margin), 0)^2.
+
+    lateral (K, H) signed offsets from the centre line (m); centre_weight adds a small
+    quadratic pull to the centre line.
+    """
+    excess = torch.clamp(lateral.abs() - (half_width - margin), min=0.0)
+    return weight * (excess ** 2).sum(-1) + centre_weight * (lateral ** 2).sum(-1)

@@ -1,0 +1,231 @@
+"""
+Receding-horizon MPC around a race track through a learned car model (seed 003, Sec. V-B).
+
+Each tick: warm start from the previous plan shifted by one step, optimise the H-step
+controls with `LineSearchOptimizer` on progress, speed, track-excursion, regulariser and
+limit-barrier costs evaluated through `model.rollout`, and return the first command clipped
+to the hard limits. The wrapper owns horizon, bounds, warm start and failure handling: a
+non-finite state, a failed optimisation or a non-finite command gives the brake command with
+the reason, and a solve over its time budget is flagged (`ok` False) so that the caller brakes.
+"""
+from dataclasses import dataclass
+import math
+import time
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import numpy as np
+from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
+                                                   progress_cost, regularizer)
+from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.control.track import Track
+from robot_dynamics_learning.models.car_common import CarModel
+import torch
+
+
+@dataclass(frozen=True)
+class MPCConfig:
+    """
+    Horizon, limits, cost weights and budget of the track MPC (units: s, m, m/s).
+
+    throttle_limits, steering_limits: hard command bounds (the barrier keeps the plan inside,
+    the output is clipped); brake_command: sent on any failure; budget_s: compute budget of
+    one tick; max_speed: bounds the track window searched for projections; compiled: run the
+    cost through torch.compile (2-3x faster per iteration; the first solve compiles for
+    a minute or more, later processes reuse the inductor cache).
+    """
+
+    horizon: int = 20
+    target_speed: float = 1.5
+    throttle_limits: Tuple[float, float] = (-1.0, 1.0)
+    steering_limits: Tuple[float, float] = (-1.0, 1.0)
+    brake_command: Tuple[float, float] = (0.0, 0.0)
+    progress_weight: float = 20.0
+    speed_weight: float = 2.0
+    excursion_weight: float = 2000.0
+    centre_weight: float = 2.0
+    track_margin: float = 0.15
+    magnitude_weight: float = 0.05
+    rate_weight: float = 1.0
+    barrier_weight: float = 100.0
+    budget_s: float = 0.05
+    max_speed: float = 4.0
+    initial_throttle: float = 0.3
+    compiled: bool = False
+
+    def __post_init__(self) -> None:
+        """Validate every value, naming the bad one."""
+        if self.horizon < 2:
+            raise ValueError(f'horizon must be >= 2, got {self.horizon}')
+        for name in ('throttle_limits', 'steering_limits'):
+            low, high = getattr(self, name)
+            if not (math.isfinite(low) and math.isfinite(high) and low < high):
+                raise ValueError(f'{name} must be finite with low < high, got '
+                                 f'{getattr(self, name)}')
+        for name in ('target_speed', 'budget_s', 'max_speed'):
+            if not getattr(self, name) > 0:
+                raise ValueError(f'{name} must be positive, got {getattr(self, name)}')
+        for name in ('progress_weight', 'speed_weight', 'excursion_weight', 'centre_weight',
+                     'track_margin', 'magnitude_weight', 'rate_weight', 'barrier_weight'):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        brake = np.asarray(self.brake_command)
+        if brake.shape != (2,) or not self.within_limits(brake):
+            raise ValueError(f'brake_command {self.brake_command} must lie within the limits')
+
+    def within_limits(self, command: np.ndarray) -> bool:
+        """Return True when a (2,) command is finite and inside the hard limits."""
+        low = np.array([self.throttle_limits[0], self.steering_limits[0]])
+        high = np.array([self.throttle_limits[1], self.steering_limits[1]])
+        return bool(np.all(np.isfinite(command)) and np.all(command >= low)
+                    and np.all(command <= high))
+
+
+class MPCResult(NamedTuple):
+    """
+    One tick: command (2,) to send, plan (H, 2), predicted states (H, 6) or None.
+
+    ok is False when the command is the brake (reason says why) or the budget was missed
+    (reason 'budget'; command is then the solver's, the caller decides to brake).
+    """
+
+    command: np.ndarray
+    plan: Optional[np.ndarray]
+    predicted: Optional[np.ndarray]
+    cost: float
+    iterations: int
+    seconds: float
+    ok: bool
+    reason: str
+
+
+class TrackMPC:
+    """Receding-horizon controller for one car on one track; build once, call `solve`."""
+
+    def __init__(self, model: CarModel, track: Track, config: MPCConfig = MPCConfig(),
+                 optimizer: Optional[LineSearchOptimizer] = None) -> None:
+        self.model = model.eval()
+        for parameter in self.model.parameters():
+            parameter.requires_grad_(False)
+        self.track = track
+        self.config = config
+        self.optimizer = optimizer or LineSearchOptimizer(OptimizerConfig())
+        self.lower = torch.tensor([config.throttle_limits[0], config.steering_limits[0]])
+        self.upper = torch.tensor([config.throttle_limits[1], config.steering_limits[1]])
+        self.brake = np.asarray(config.brake_command, dtype=np.float64)
+        reach = config.horizon * model.h * config.max_speed + 1.0
+        self.window_back = 5
+        self.window_size = min(track.size, int(math.ceil(reach / track.spec.spacing))
+                               + self.window_back)
+        self._plan: Optional[torch.Tensor] = None
+        self._previous = torch.zeros(2)
+        self._cost_impl = (torch.compile(self._cost, dynamic=False) if config.compiled
+                           else self._cost)
+
+    def reset(self) -> None:
+        """Forget the warm start (e.g. after the car was stopped or moved)."""
+        self._plan = None
+        self._previous = torch.zeros(2)
+
+    def warm_start(self) -> torch.Tensor:
+        """Return the previous plan shifted by one step (last step repeated) or a gentle start."""
+        if self._plan is None:
+            plan = torch.zeros(self.config.horizon, 2)
+            plan[:, 0] = float(np.clip(self.config.initial_throttle, *self.config.throttle_limits))
+            return plan
+        return torch.cat([self._plan[1:], self._plan[-1:]], dim=0)
+
+    def _cost(self, u: torch.Tensor, x0: torch.Tensor, s0: torch.Tensor,
+              previous: torch.Tensor, points: torch.Tensor, tangents: torch.Tensor,
+              lengths: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """Track cost (K,) of (K, H, 2) controls from (1, 6) x0; every tick input is an arg."""
+        cfg = self.config
+        states = self.model.rollout(x0.expand(u.shape[0], 6), u).mean
+        s, lateral = Track.project(states[..., :2], (points, tangents, lengths, offsets))
+        return (progress_cost(s[:, -1] - s0, states[..., 3], cfg.target_speed,
+                              cfg.progress_weight, cfg.speed_weight)
+                + excursion_cost(lateral, self.track.half_width, cfg.track_margin,
+                                 cfg.excursion_weight, cfg.centre_weight)
+                + regularizer(u, previous, cfg.magnitude_weight, cfg.rate_weight)
+                + limit_barrier(u, self.lower, self.upper, cfg.barrier_weight))
+
+    def cost_closure(self, state: np.ndarray) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Build cost_fn(u (K, H, 2)) -> (K,) for the current (6,) state."""
+        x0 = torch.as_tensor(state, dtype=torch.float32).view(1, 6)
+        first = self.track.nearest_segment(state[:2]) - self.window_back
+        window = self.track.window_tensors(first, self.window_size)
+        s0, _ = Track.project(x0[:, :2], window)
+        previous = self._previous.clone()
+        return lambda u: self._cost_impl(u, x0, s0, previous, *window)
+
+    def warm_up(self) -> float:
+        """Run one solve from the track start (compiles when config.compiled); return s."""
+        start = time.perf_counter()
+        x, y, yaw = self.track.pose_at(0.0)
+        self.solve(np.array([x, y, yaw, 0.5, 0.0, 0.0]))
+        self.reset()
+        return time.perf_counter() - start
+
+    def _brake(self, reason: str, seconds: float) -> MPCResult:
+        self._plan = None
+        self._previous = torch.as_tensor(self.brake, dtype=torch.float32)
+        return MPCResult(self.brake.copy(), None, None, math.nan, 0, seconds, False, reason)
+
+    def predict_ahead(self, state: np.ndarray, delay_s: float) -> np.ndarray:
+        """
+        Predict the (6,) state delay_s seconds ahead under the command already committed.
+
+        Compute-delay compensation: the command being solved for only reaches the car after
+        the estimator's delay, the solve and the transport; until then the car keeps
+        executing the previous command. Whole model steps are rolled out with it, a
+        remaining fraction of a step is interpolated linearly.
+        """
+        if not delay_s > 0:
+            return state
+        steps = delay_s / self.model.h
+        whole = int(math.floor(steps))
+        actions = self._previous.view(1, 1, 2).expand(1, whole + 1, 2)
+        with torch.inference_mode():
+            predicted = self.model.rollout(torch.as_tensor(state, dtype=torch.float32)
+                                           .view(1, 6), actions).mean[0].double().numpy()
+        before = state if whole == 0 else predicted[whole - 1]
+        ahead = before + (steps - whole) * (predicted[whole] - before)
+        return ahead if np.all(np.isfinite(ahead)) else state
+
+    def solve(self, state: np.ndarray, iterations: Optional[int] = None,
+              delay_s: float = 0.0, budget_s: Optional[float] = None) -> MPCResult:
+        """
+        Run one tick from a (6,) state [x, y, yaw, vx, vy, r]; never raises on bad input.
+
+        delay_s (s): expected time from the state's measurement until the command applies;
+        the plan starts from the state predicted that far ahead (`predict_ahead`).
+        budget_s: what is left of this tick's budget (default config.budget_s); an iteration
+        that would end after 70 % of it is skipped (at least one always runs; the rest is
+        margin for the final rollout and scheduling jitter).
+        """
+        start = time.perf_counter()
+        budget = self.config.budget_s if budget_s is None else budget_s
+        state = np.asarray(state, dtype=np.float64)
+        if state.shape != (6,) or not np.all(np.isfinite(state)) \
+                or not 0.0 <= delay_s <= 1.0:
+            return self._brake('bad_state', time.perf_counter() - start)
+        try:
+            state = self.predict_ahead(state, delay_s)
+            cost_fn = self.cost_closure(state)
+            plan, info = self.optimizer.optimize(cost_fn, self.warm_start(), iterations,
+                                                 deadline=start + 0.7 * budget)
+            with torch.no_grad():
+                predicted = self.model.rollout(
+                    torch.as_tensor(state, dtype=torch.float32).view(1, 6),
+                    plan.unsqueeze(0)).mean[0]
+        except ValueError as error:
+            return self._brake(f'solver: {error}', time.perf_counter() - start)
+        command = np.clip(plan[0].numpy().astype(np.float64),
+                          self.lower.numpy(), self.upper.numpy())
+        if not self.config.within_limits(command):
+            return self._brake('non_finite_command', time.perf_counter() - start)
+        self._plan = torch.clamp(plan, self.lower, self.upper)
+        self._previous = torch.as_tensor(command, dtype=torch.float32)
+        seconds = time.perf_counter() - start
+        ok = seconds <= budget
+        return MPCResult(command, self._plan.numpy().copy(), predicted.numpy().copy(),
+                         info.cost, info.iterations, seconds, ok, 'ok' if ok else 'budget')

@@ -1,0 +1,128 @@
+"""
+Gradient descent with a batched line search (seed 003, Sec. III-C).
+
+The optimiser only sees a cost closure: cost_fn(u) maps (K, H, m) control sequences to (K,)
+costs. Each iteration takes dl/du by reverse-mode autodiff through the closure (for a rollout
+this equals the seed's implicit-function form, Eq. 7-9: backpropagation solves the same block
+triangular system), then evaluates u - alpha * d for `candidates` step sizes alpha spaced
+logarithmically in [min_step, max_step] in one batch and keeps the cheapest.
+Deviation from the seed: the direction d is the gradient scaled to a largest entry of
+`step_scale` (control units), so the step-size range means the same for every cost scale.
+"""
+from dataclasses import dataclass
+import math
+import time
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import torch
+
+CostFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """
+    Iterations per call, line-search size and range, and the direction's largest entry.
+
+    stop_early: stop when an iteration improves the cost by less than `tolerance` (turn off
+    to run exactly `iterations`, e.g. for timing).
+    """
+
+    iterations: int = 3
+    candidates: int = 512
+    min_step: float = 1e-6
+    max_step: float = 1.0
+    step_scale: float = 1.0
+    tolerance: float = 1e-9
+    stop_early: bool = True
+
+    def __post_init__(self) -> None:
+        """Validate the settings, naming the bad one."""
+        if self.iterations < 1 or self.candidates < 1:
+            raise ValueError(f'iterations and candidates must be >= 1, got {self.iterations}, '
+                             f'{self.candidates}')
+        if not 0 < self.min_step <= self.max_step:
+            raise ValueError(f'need 0 < min_step <= max_step, got {self.min_step}, '
+                             f'{self.max_step}')
+        if self.step_scale <= 0 or self.tolerance < 0:
+            raise ValueError(f'step_scale must be > 0 and tolerance >= 0, got '
+                             f'{self.step_scale}, {self.tolerance}')
+
+
+class OptimizeInfo(NamedTuple):
+    """What happened: start and final cost, iterations run, whether it stalled, seconds."""
+
+    initial_cost: float
+    cost: float
+    iterations: int
+    converged: bool
+    seconds: float
+
+
+class LineSearchOptimizer:
+    """Batched line-search gradient descent; the step sizes are built once in __init__."""
+
+    def __init__(self, config: OptimizerConfig = OptimizerConfig()) -> None:
+        self.config = config
+        self.steps = torch.logspace(math.log10(config.min_step), math.log10(config.max_step),
+                                    config.candidates).view(-1, 1, 1)
+
+    def optimize(self, cost_fn: CostFn, u_init: torch.Tensor,
+                 iterations: Optional[int] = None,
+                 deadline: Optional[float] = None) -> Tuple[torch.Tensor, OptimizeInfo]:
+        """
+        Minimise cost_fn from (H, m) u_init; return the best (H, m) controls and info.
+
+        deadline (time.perf_counter() seconds), when given, skips an iteration that would end
+        after it, judged by the slowest one so far (at least one always runs). A non-finite
+        cost or gradient is a ValueError.
+        """
+        start = time.perf_counter()
+        count = self.config.iterations if iterations is None else iterations
+        u = u_init.detach().clone()
+        initial = cost = math.nan
+        done = 0
+        converged = False
+        slowest = 0.0
+        while done < count and not converged:
+            began = time.perf_counter()
+            if done and deadline is not None and began + slowest > deadline:
+                break
+            u, new_cost, current = self._iterate(cost_fn, u, first=not done)
+            if not done:  # the first gradient pass also gives the initial cost
+                initial = cost = current
+            slowest = max(slowest, time.perf_counter() - began)
+            converged = self.config.stop_early and not new_cost < cost - self.config.tolerance
+            cost = min(cost, new_cost)
+            done += 1
+        return u, OptimizeInfo(initial, cost, done, converged, time.perf_counter() - start)
+
+    def _iterate(self, cost_fn: CostFn, u: torch.Tensor, first: bool = False
+                 ) -> Tuple[torch.Tensor, float, float]:
+        """
+        One gradient step with the batched line search.
+
+        Returns (new controls, their cost, the cost of u); on the first iteration a
+        non-finite cost of u is a ValueError.
+        """
+        variable = u.clone().requires_grad_(True)
+        value = cost_fn(variable.unsqueeze(0))[0]
+        current = float(value.detach())
+        if first and not math.isfinite(current):
+            raise ValueError(f'cost of the initial controls is not finite ({current})')
+        (grad,) = torch.autograd.grad(value, variable)
+        if not bool(torch.isfinite(grad).all()):
+            raise ValueError('cost gradient contains NaN or inf')
+        scale = float(grad.abs().max())
+        if scale == 0.0:
+            return u, current, current
+        direction = grad * (self.config.step_scale / scale)
+        with torch.inference_mode():
+            candidates = u.unsqueeze(0) - self.steps * direction.unsqueeze(0)
+            costs = cost_fn(candidates)
+            costs = torch.where(torch.isfinite(costs), costs, torch.full_like(costs, math.inf))
+            best = int(torch.argmin(costs))
+            best_cost = float(costs[best])
+        if best_cost < current:
+            return candidates[best], best_cost, current
+        return u, current, current

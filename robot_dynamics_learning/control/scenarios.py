@@ -1,0 +1,167 @@
+"""
+The seed's offline scenarios (Sec. V-A) in our simulator.
+
+Controls are optimised on the learned model, played open loop in the simulator from 20
+slightly different starts, and the end-position errors reported.
+
+Targets are poses [x, y, yaw] in the frame of the car's start pose (the car starts at rest
+at the origin facing +x); a start perturbed by a few centimetres and degrees carries its
+targets with it, as a car placed by hand would. The simulated car is invariant to where it
+starts, so each run also draws the floor's friction (+-friction_spread, relative) and a small
+initial speed (+-speed_spread m/s): what differs between real runs. The error of one run is
+the distance between where the simulated car ends and the final target in that run's frame.
+"""
+from dataclasses import dataclass, replace
+import math
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+from robot_dynamics_learning.control.costs import limit_barrier, regularizer, target_cost
+from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.models.car_common import CarModel
+from robot_dynamics_learning.sim.car import CarParams, simulate, slip_angle
+import torch
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """
+    One scenario: its targets at chosen steps and how to start the optimisation.
+
+    steps: horizon in steps of the model's h; targets: (step, pose) pairs; initial_throttle:
+    the constant throttle the optimisation starts from; rest_weight: penalty on the final
+    body velocities (a parked car stands still).
+    """
+
+    name: str
+    steps: int
+    targets: Tuple[Tuple[int, Tuple[float, float, float]], ...]
+    initial_throttle: float = 0.3
+    rest_weight: float = 0.0
+
+
+SCENARIOS = (
+    # Forward 0.9 m, then reverse into a spot 0.25 m to the left, stopped at the end.
+    Scenario('parallel_parking', 40, ((19, (0.9, 0.0, 0.0)), (39, (0.3, 0.25, 0.0))),
+             rest_weight=1.0),
+    # Reverse fast, then swing the nose round by 90 degrees while still rolling backwards.
+    Scenario('dynamic_reverse', 40, ((19, (-0.9, 0.0, 0.0)), (39, (-1.2, -0.7, math.pi / 2))),
+             -0.3),
+    # Accelerate 2 m down a straight, then turn round in a 0.8 m wide U within 1.5 s.
+    Scenario('drifting_turn', 60, ((29, (2.0, 0.0, 0.0)), (59, (2.2, 0.8, math.pi)))),
+)
+SCENARIO_BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
+
+
+def optimise_scenario(model: CarModel, scenario: Scenario, iterations: int = 300,
+                      weights: Tuple[float, float, float] = (10.0, 10.0, 1.0),
+                      limits: Tuple[float, float] = (-1.0, 1.0)
+                      ) -> Tuple[np.ndarray, Dict[str, float]]:
+    """Optimise (steps, 2) controls for a scenario on the model; return them and info."""
+    x0 = torch.zeros(1, 6)
+    lower = torch.full((2,), limits[0])
+    upper = torch.full((2,), limits[1])
+    targets = dict(scenario.targets)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+
+    def cost_fn(u: torch.Tensor) -> torch.Tensor:
+        states = model.rollout(x0.expand(u.shape[0], 6), u).mean
+        rest = scenario.rest_weight * (states[:, -1, 3:] ** 2).sum(-1)
+        return (100.0 * target_cost(states, targets, weights) + 100.0 * rest
+                + regularizer(u, None, 0.01, 0.1) + limit_barrier(u, lower, upper, 1000.0))
+
+    u_init = torch.zeros(scenario.steps, 2)
+    u_init[:, 0] = scenario.initial_throttle
+    optimizer = LineSearchOptimizer(OptimizerConfig(iterations=iterations, tolerance=0.0))
+    u, info = optimizer.optimize(cost_fn, u_init)
+    return u.clamp(lower, upper).numpy().astype(np.float64), info._asdict()
+
+
+def _perturbed_run(rng: np.random.Generator, params: CarParams, position_std: float,
+                   yaw_std: float, friction_spread: float, speed_spread: float
+                   ) -> Tuple[np.ndarray, CarParams]:
+    """Draw one run's (6,) start state and simulator parameters."""
+    start = np.zeros(6)
+    start[:3] = rng.normal(0.0, [position_std, position_std, yaw_std])
+    start[3] = rng.uniform(-speed_spread, speed_spread)
+    factor = 1.0 + rng.uniform(-friction_spread, friction_spread)
+    return start, replace(params, mu_static=params.mu_static * factor,
+                          mu_dynamic=params.mu_dynamic * factor)
+
+
+def _to_world(start: np.ndarray, pose: np.ndarray) -> np.ndarray:
+    """Return a pose given in the frame of `start` ([x, y, yaw, ...]) in the world frame."""
+    c, s = math.cos(start[2]), math.sin(start[2])
+    return np.array([start[0] + c * pose[0] - s * pose[1], start[1] + s * pose[0]
+                     + c * pose[1], start[2] + pose[2]])
+
+
+def run_scenario(model: CarModel, scenario: Scenario, params: CarParams, starts: int = 20,
+                 seed: int = 0, position_std: float = 0.02, yaw_std: float = 0.02,
+                 friction_spread: float = 0.05, speed_spread: float = 0.05,
+                 iterations: int = 300) -> Dict[str, object]:
+    """
+    Optimise once on the model, play from `starts` perturbed starts in the simulator.
+
+    Returns metrics (mean/max end-position error in m, max |slip angle| in degrees over the
+    runs, model-vs-simulator end gap for the nominal start) and the nominal arrays for plots.
+    """
+    controls, info = optimise_scenario(model, scenario, iterations)
+    with torch.no_grad():
+        predicted = model.rollout(torch.zeros(1, 6), torch.as_tensor(
+            controls, dtype=torch.float32)[None]).mean[0].numpy()
+    rng = np.random.default_rng(seed)
+    final = np.asarray(dict(scenario.targets)[scenario.steps - 1])
+    errors, slips, paths = [], [], []
+    for run in range(starts):
+        if run == 0:
+            start, run_params = np.zeros(6), params
+        else:
+            start, run_params = _perturbed_run(rng, params, position_std, yaw_std,
+                                               friction_spread, speed_spread)
+        states = simulate(start[None], controls[None], run_params, model.h)[0]
+        goal = _to_world(start, final)
+        errors.append(float(np.hypot(*(states[-1, :2] - goal[:2]))))
+        slips.append(float(np.degrees(np.max(np.abs(slip_angle(states))))))
+        paths.append(states)
+    return {'name': scenario.name, 'steps': scenario.steps,
+            'mean_end_error_m': float(np.mean(errors)), 'max_end_error_m': float(np.max(errors)),
+            'max_slip_deg': float(np.max(slips)), 'mean_max_slip_deg': float(np.mean(slips)),
+            'model_vs_sim_end_m': float(np.hypot(*(predicted[-1, :2] - paths[0][-1, :2]))),
+            'optimiser': info, 'controls': controls, 'predicted': predicted,
+            'simulated': paths[0], 'runs': starts}
+
+
+def run_all(model: CarModel, params: CarParams, starts: int = 20, seed: int = 0,
+            iterations: int = 300) -> List[Dict[str, object]]:
+    """Run the three seed scenarios."""
+    return [run_scenario(model, scenario, params, starts, seed, iterations=iterations)
+            for scenario in SCENARIOS]
+
+
+def plot_scenarios(results: List[Dict[str, object]], path: Path) -> Path:
+    """Save one panel per scenario: predicted vs simulated path, targets, slip angle."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4.5))
+    for ax, result in zip(np.atleast_1d(axes), results):
+        sim, pred = result['simulated'], result['predicted']
+        ax.plot(pred[:, 0], pred[:, 1], 'b--', label='learned model (plan)')
+        ax.plot(sim[:, 0], sim[:, 1], 'r-', label='simulator (open loop)')
+        for step, pose in dict(SCENARIO_BY_NAME[result['name']].targets).items():
+            ax.plot(pose[0], pose[1], 'k*', ms=10)
+            ax.arrow(pose[0], pose[1], 0.15 * math.cos(pose[2]), 0.15 * math.sin(pose[2]),
+                     head_width=0.04, color='k')
+        ax.set_aspect('equal')
+        ax.set_title(f"{result['name']}: end error {result['mean_end_error_m']:.2f} m, "
+                     f"slip {result['max_slip_deg']:.0f} deg", fontsize=9)
+        ax.set_xlabel('x (m)')
+        ax.set_ylabel('y (m)')
+    np.atleast_1d(axes)[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,172 @@
+"""
+car_sim: the drifting RC car simulator (sim/car.py) with emulated motion capture.
+
+Subscribes the car command (`geometry_msgs/Twist`, `TwistStamped` or `sensor_msgs/Joy` on
+`command`, chosen by `command_type`; mapping as in data/messages.CommandMapping) and publishes
+mocap poses (`geometry_msgs/PoseStamped`, sensor-data QoS) at `mocap_rate_hz` with noise,
+dropouts (frames not published) and optional jumps. Ground truth goes out on `~/true_pose`
+and `~/true_twist` (body velocities) for evaluation. A command older than command_timeout_s
+is replaced by zero throttle and steering (the car rolls to a stop).
+"""
+import math
+import threading
+import time
+
+from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
+import numpy as np
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
+from rclpy._rclpy_pybind11 import RCLError
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.control.track import load_track_spec, Track
+from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
+                                                       planar_pose_msg, time_msg)
+from robot_dynamics_learning.nodes.runtime import spin_node
+from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
+from sensor_msgs.msg import Joy
+
+COMMAND_TYPES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
+
+
+def _range(low: float, high: float) -> list:
+    return [FloatingPointRange(from_value=low, to_value=high)]
+
+
+class CarSimNode(Node):
+    """Runs the car simulator in real time in its own thread; publishes mocap poses."""
+
+    def __init__(self) -> None:
+        super().__init__('car_sim')
+
+        def declare(name, default, description, **extra):
+            self.declare_parameter(name, default, ParameterDescriptor(
+                description=description, read_only=True, **extra))
+
+        declare('mocap_rate_hz', 240.0, 'mocap frame rate (also the simulation step)',
+                floating_point_range=_range(10.0, 1000.0))
+        declare('position_std', 0.002, 'mocap position noise (m)',
+                floating_point_range=_range(0.0, 1.0))
+        declare('yaw_std', 0.005, 'mocap yaw noise (rad)', floating_point_range=_range(0.0, 1.0))
+        declare('dropout', 0.02, 'probability that a mocap frame is lost',
+                floating_point_range=_range(0.0, 1.0))
+        declare('jump_probability', 0.0, 'probability of a one-frame position jump',
+                floating_point_range=_range(0.0, 1.0))
+        declare('jump_size', 0.5, 'size of a mocap jump (m)',
+                floating_point_range=_range(0.0, 10.0))
+        declare('command_type', 'twist', f'command message type: {sorted(COMMAND_TYPES)}')
+        declare('throttle_axis', 1, 'Joy axis of the throttle')
+        declare('steering_axis', 3, 'Joy axis of the steering')
+        declare('throttle_scale', 1.0, 'throttle = throttle_scale * linear.x (or the Joy axis)')
+        declare('steering_scale', 1.0, 'steering = steering_scale * angular.z (or the Joy '
+                'axis)')
+        declare('command_timeout_s', 0.5, 'zero command after this long without one (s)',
+                floating_point_range=_range(0.01, 10.0))
+        declare('track_file', '', 'start on this track centre line at progress start_s '
+                '(empty: start at start_pose)')
+        declare('start_s', 0.0, 'progress along the track of the start pose (m)')
+        declare('start_pose', [0.0, 0.0, 0.0], 'start [x, y, yaw] when no track is given')
+        declare('frame_id', 'world', 'frame of the published poses')
+        declare('seed', 0, 'random seed of the mocap noise')
+        get = self.get_parameter
+        command_type = get('command_type').value
+        if command_type not in COMMAND_TYPES:
+            raise ValueError(f'command_type must be one of {sorted(COMMAND_TYPES)}, got '
+                             f'{command_type!r}')
+        self.rate = float(get('mocap_rate_hz').value)
+        self.params = CarParams(dt=1.0 / self.rate)
+        self.noise = MocapNoise(self.rate, get('position_std').value, get('yaw_std').value,
+                                get('dropout').value, get('jump_probability').value,
+                                get('jump_size').value)
+        self.rng = np.random.default_rng(int(get('seed').value))
+        self.parser = CarCommandParser(CommandMapping(
+            get('throttle_axis').value, get('steering_axis').value,
+            get('throttle_scale').value, get('steering_scale').value), check_stamps=False)
+        self.timeout = float(get('command_timeout_s').value)
+        self.frame_id = get('frame_id').value
+        self.state = np.zeros((1, 6))
+        if get('track_file').value:
+            track = Track(load_track_spec(get('track_file').value))
+            self.state[0, :3] = track.pose_at(get('start_s').value)
+        else:
+            start = list(get('start_pose').value)
+            if len(start) != 3:
+                raise ValueError(f'start_pose must be [x, y, yaw], got {start}')
+            self.state[0, :3] = start
+        self._lock = threading.Lock()
+        self._command = np.zeros(2)
+        self._command_time = -math.inf
+        self.published = 0
+        self.dropped = 0
+        self.pub_pose = self.create_publisher(PoseStamped, 'mocap_pose', qos_profile_sensor_data)
+        self.pub_true_pose = self.create_publisher(PoseStamped, '~/true_pose', 10)
+        self.pub_true_twist = self.create_publisher(TwistStamped, '~/true_twist', 10)
+        self.create_subscription(COMMAND_TYPES[command_type], 'command', self._on_command, 10)
+        self.create_timer(5.0, self._log)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name='car_sim', daemon=True)
+        self._thread.start()
+        self.get_logger().info(f'car simulator at {self.rate:.0f} Hz, mocap dropout '
+                               f'{self.noise.dropout:.1%}, commands as {command_type}')
+
+    def _on_command(self, msg) -> None:
+        result = self.parser.parse(msg)
+        if not result.ok:
+            self.get_logger().warn(f'command rejected ({result.reason.value}: {result.detail})',
+                                   throttle_duration_sec=2.0)
+            return
+        with self._lock:
+            self._command = np.clip([result.value.throttle, result.value.steering], -1.0, 1.0)
+            self._command_time = time.monotonic()
+
+    def _log(self) -> None:
+        self.get_logger().info(
+            f'published {self.published} mocap poses, dropped {self.dropped}; state '
+            f'{np.round(self.state[0], 2).tolist()}; commands {self.parser.counter.summary()}')
+
+    def _run(self) -> None:
+        period = 1.0 / self.rate
+        next_time = time.monotonic()
+        while not self._stop.is_set():
+            next_time += period
+            delay = next_time - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+            elif delay < -0.1:  # far behind (machine stalled): resynchronise, do not burst
+                next_time = time.monotonic()
+            with self._lock:
+                fresh = time.monotonic() - self._command_time <= self.timeout
+                command = self._command.copy() if fresh else np.zeros(2)
+            self.state, _ = car_step(self.state, command[None], self.params)
+            stamp_ns = self.get_clock().now().nanoseconds
+            valid, poses = emulate_mocap(self.state, self.noise, self.rng)
+            try:
+                if valid[0]:
+                    self.pub_pose.publish(planar_pose_msg(stamp_ns, *poses[0], self.frame_id))
+                    self.published += 1
+                else:
+                    self.dropped += 1
+                self.pub_true_pose.publish(planar_pose_msg(stamp_ns, *self.state[0, :3],
+                                                           self.frame_id))
+                twist = TwistStamped()
+                twist.header.stamp = time_msg(stamp_ns)
+                twist.header.frame_id = 'base_link'
+                twist.twist.linear.x, twist.twist.linear.y = self.state[0, 3], self.state[0, 4]
+                twist.twist.angular.z = self.state[0, 5]
+                self.pub_true_twist.publish(twist)
+            except RCLError:  # Ctrl-C shut the context down before destroy_node ran
+                return
+
+    def destroy_node(self) -> None:
+        """Stop the simulation thread first."""
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        super().destroy_node()
+
+
+def main(args=None) -> None:
+    """Run the node (console script `car_sim`)."""
+    spin_node(CarSimNode, args)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,207 @@
+"""
+Motion-capture poses -> smoothed planar pose and body-frame velocities (vx, vy, yaw rate).
+
+Offline (seed 003, Sec. III-A): resample to a uniform grid, Savitzky-Golay smoothing and
+derivative of x, y and the unwrapped yaw (zero phase), then rotate the world velocity into the
+car frame. Online: `MocapEstimator`, a causal local polynomial fit over the last `window_s`
+seconds evaluated at the newest stamp (bounded delay, tolerant of dropouts and uneven stamps),
+with rejection of NaN poses, out-of-order stamps and jumps, and stale detection.
+Frames: world x, y (m), yaw about z (rad); body x forward, y left.
+"""
+from dataclasses import dataclass, field
+from typing import Dict, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from robot_dynamics_learning.signals.offline import savgol_derivative
+
+
+def wrap_angle(angle: np.ndarray) -> np.ndarray:
+    """Wrap angles (rad) to [-pi, pi)."""
+    return (np.asarray(angle) + np.pi) % (2.0 * np.pi) - np.pi
+
+
+def world_to_body(yaw: np.ndarray, vx_world: np.ndarray, vy_world: np.ndarray
+                  ) -> Tuple[np.ndarray, np.ndarray]:
+    """Rotate world-frame planar velocities into the car frame at heading `yaw`."""
+    c, s = np.cos(yaw), np.sin(yaw)
+    return c * vx_world + s * vy_world, -s * vx_world + c * vy_world
+
+
+def resample_uniform(time: np.ndarray, values: np.ndarray, dt: float
+                     ) -> Tuple[np.ndarray, np.ndarray]:
+    """Linearly interpolate (T, n) values at strictly increasing `time` onto a grid of `dt`."""
+    if dt <= 0:
+        raise ValueError(f'dt must be positive, got {dt}')
+    grid = np.arange(time[0], time[-1] + 0.5 * dt, dt)
+    grid = grid[grid <= time[-1]]
+    out = np.stack([np.interp(grid, time, values[:, i]) for i in range(values.shape[1])], 1)
+    return grid, out
+
+
+def offline_body_states(time: np.ndarray, poses: np.ndarray, dt: float,
+                        window_s: float = 0.1, order: int = 3
+                        ) -> Tuple[np.ndarray, np.ndarray]:
+    """
+    Smooth (T, 3) poses [x, y, yaw] at `time` and derive body velocities (zero phase).
+
+    Returns (grid (N,), states (N, 6) [x, y, yaw unwrapped, vx, vy, r]) on a uniform grid of
+    `dt`. Yaw may be wrapped or unwrapped on input.
+    """
+    poses = np.asarray(poses, dtype=np.float64).copy()
+    if not np.all(np.isfinite(poses)):
+        raise ValueError('offline_body_states: poses contain NaN or inf; drop those rows first')
+    poses[:, 2] = np.unwrap(poses[:, 2])
+    grid, uniform = resample_uniform(np.asarray(time, dtype=np.float64), poses, dt)
+    smooth = savgol_derivative(uniform, dt, window_s, order, deriv=0)
+    rate = savgol_derivative(uniform, dt, window_s, order, deriv=1)
+    vx, vy = world_to_body(smooth[:, 2], rate[:, 0], rate[:, 1])
+    return grid, np.column_stack([smooth, vx, vy, rate[:, 2]])
+
+
+class CarStateEstimate(NamedTuple):
+    """Estimated car state at `stamp` (s): (6,) [x, y, yaw, vx, vy, r], yaw unwrapped."""
+
+    stamp: float
+    state: np.ndarray
+
+
+@dataclass
+class MocapEstimatorConfig:
+    """
+    Settings of the online estimator (units: s, m, m/s).
+
+    window_s: length of the causal fit window (delay about window_s / 2 for velocities);
+    order: polynomial order of the fit (1 or 2); min_samples: samples needed before output;
+    max_speed: fastest plausible car speed, used with jump_margin to reject jumps;
+    relock_after: consecutive rejected jumps after which the estimator restarts at the new
+    position (the body really moved, e.g. picked up); stale_after_s: age that makes the
+    estimate stale.
+    """
+
+    window_s: float = 0.08
+    order: int = 1
+    min_samples: int = 4
+    max_speed: float = 8.0
+    jump_margin: float = 0.1
+    relock_after: int = 10
+    stale_after_s: float = 0.1
+    capacity: int = 256
+
+    def __post_init__(self) -> None:
+        """Validate ranges so that a bad config fails at start-up, naming the value."""
+        if self.window_s <= 0:
+            raise ValueError(f'window_s must be positive, got {self.window_s}')
+        if self.order not in (1, 2):
+            raise ValueError(f'order must be 1 or 2, got {self.order}')
+        if self.min_samples < self.order + 1:
+            raise ValueError(f'min_samples must be at least order + 1, got {self.min_samples}')
+        for name in ('max_speed', 'jump_margin', 'stale_after_s'):
+            if getattr(self, name) <= 0:
+                raise ValueError(f'{name} must be positive, got {getattr(self, name)}')
+        if self.relock_after < 1 or self.capacity < self.min_samples:
+            raise ValueError('relock_after must be >= 1 and capacity >= min_samples')
+
+
+@dataclass
+class MocapEstimator:
+    """
+    Causal pose filter and differentiator for streamed mocap poses.
+
+    `update` accepts or rejects a pose (reason counted in `counters`); `estimate` returns the
+    latest state or None until enough samples arrived. Not thread-safe: one caller.
+    """
+
+    config: MocapEstimatorConfig = field(default_factory=MocapEstimatorConfig)
+    counters: Dict[str, int] = field(default_factory=lambda: {
+        'accepted': 0, 'rejected_nan': 0, 'rejected_out_of_order': 0, 'rejected_jump': 0,
+        'relocked': 0})
+
+    def __post_init__(self) -> None:
+        """Allocate the sample ring."""
+        cap = self.config.capacity
+        self._time = np.zeros(cap)
+        self._pose = np.zeros((cap, 3))
+        self._count = 0
+        self._head = 0
+        self._jumps_in_row = 0
+        self._latest: Optional[CarStateEstimate] = None
+
+    def reset(self) -> None:
+        """Forget every sample (counters are kept)."""
+        self._count = 0
+        self._head = 0
+        self._jumps_in_row = 0
+        self._latest = None
+
+    @property
+    def last_stamp(self) -> Optional[float]:
+        """Stamp (s) of the newest accepted pose, None before the first."""
+        if self._count == 0:
+            return None
+        return float(self._time[(self._head - 1) % self.config.capacity])
+
+    def update(self, stamp: float, x: float, y: float, yaw: float) -> Optional[str]:
+        """
+        Offer one pose (stamp in s, position in m, yaw in rad, any wrapping).
+
+        Returns None when accepted, else the rejection reason ('nan', 'out_of_order',
+        'jump'), which is also counted.
+        """
+        values = np.array([stamp, x, y, yaw], dtype=np.float64)
+        if not np.all(np.isfinite(values)):
+            self.counters['rejected_nan'] += 1
+            return 'nan'
+        last = self.last_stamp
+        if last is not None and stamp <= last:
+            self.counters['rejected_out_of_order'] += 1
+            return 'out_of_order'
+        yaw_c = yaw
+        if self._count:
+            index = (self._head - 1) % self.config.capacity
+            last_pose = self._pose[index]
+            reach = self.config.max_speed * (stamp - last) + self.config.jump_margin
+            if np.hypot(x - last_pose[0], y - last_pose[1]) > reach:
+                self._jumps_in_row += 1
+                if self._jumps_in_row < self.config.relock_after:
+                    self.counters['rejected_jump'] += 1
+                    return 'jump'
+                self.counters['relocked'] += 1
+                self.reset()
+            else:
+                yaw_c = last_pose[2] + float(wrap_angle(yaw - last_pose[2]))
+        self._jumps_in_row = 0
+        self._time[self._head] = stamp
+        self._pose[self._head] = (x, y, yaw_c)
+        self._head = (self._head + 1) % self.config.capacity
+        self._count = min(self._count + 1, self.config.capacity)
+        self.counters['accepted'] += 1
+        self._latest = self._fit()
+        return None
+
+    def _fit(self) -> Optional[CarStateEstimate]:
+        """Least-squares polynomial fit over the window, evaluated at the newest stamp."""
+        cap = self.config.capacity
+        order_idx = (self._head - 1 - np.arange(self._count)) % cap
+        times = self._time[order_idx]
+        newest = times[0]
+        inside = times >= newest - self.config.window_s
+        if int(inside.sum()) < self.config.min_samples:
+            return None
+        tau = times[inside] - newest
+        poses = self._pose[order_idx[inside]]
+        basis = np.vander(tau, self.config.order + 1, increasing=True)
+        coef, *_ = np.linalg.lstsq(basis, poses, rcond=None)
+        pose, rate = coef[0], coef[1]
+        vx, vy = world_to_body(pose[2], rate[0], rate[1])
+        return CarStateEstimate(float(newest), np.array([pose[0], pose[1], pose[2], vx, vy,
+                                                         rate[2]]))
+
+    def estimate(self) -> Optional[CarStateEstimate]:
+        """Return the latest estimate, None before min_samples poses arrived in one window."""
+        return self._latest
+
+    def is_stale(self, now: float) -> bool:
+        """Return True when no pose was accepted within stale_after_s before `now` (s)."""
+        last = self.last_stamp
+        return last is None or now - last > self.config.stale_after_s

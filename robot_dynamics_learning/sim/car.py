@@ -1,0 +1,249 @@
+"""
+RC car simulator with loss of traction (seed 003, Sec. III-A), emulated mocap, random driver.
+
+State (B, 6): [x, y, yaw, vx, vy, r] with the pose in the world frame (m, m, rad) and the
+body-frame velocities of the centre of mass (m/s, m/s, rad/s; x forward, y left).
+Command (B, 2): [throttle in [-1, 1] (negative drives backwards), steering in [-1, 1]
+(positive turns left)], the same normalised convention as the DART car's recordings.
+
+The seed's model, as we implement it: each step we compute the body velocity a car without
+wheel slip would have after `dt` (kinematic bicycle: rear wheels roll forward, front wheels
+roll along the steering direction), then the force each axle needs to reach it (rear-wheel
+drive: the rear axle also carries the throttle). An axle whose required force exceeds the
+static friction limit mu_s times its normal load loses traction and its force is scaled down
+to the dynamic level mu_d times its load (drifting: the rear lets go first under throttle).
+Not physically exact (as in the seed): it reproduces grip at low speed and sliding in fast
+tight turns.
+"""
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+GRAVITY = 9.81
+
+
+@dataclass(frozen=True)
+class CarParams:
+    """
+    Simulated car parameters; defaults match the DART JetRacer (1.58 kg, wheelbase 0.1735 m).
+
+    max_accel: longitudinal acceleration at full throttle (m/s^2); drag: linear speed
+    damping (1/s), so top speed is max_accel / drag; max_steer: front wheel angle at
+    steering 1 (rad); mu_static, mu_dynamic: friction coefficients of the traction limit;
+    yaw inertia is yaw_inertia_factor * mass * a * b (a, b: axle distances to the centre of
+    mass).
+    """
+
+    mass: float = 1.58
+    wheelbase: float = 0.1735
+    rear_to_cg: float = 0.0868
+    max_accel: float = 7.0
+    drag: float = 2.0
+    max_steer: float = 0.45
+    mu_static: float = 0.7
+    mu_dynamic: float = 0.45
+    yaw_inertia_factor: float = 1.0
+    dt: float = 0.01
+
+    def __post_init__(self) -> None:
+        """Reject parameters that make the model meaningless."""
+        for name in ('mass', 'wheelbase', 'max_accel', 'drag', 'max_steer', 'mu_static',
+                     'mu_dynamic', 'yaw_inertia_factor', 'dt'):
+            if not getattr(self, name) > 0:
+                raise ValueError(f'CarParams.{name} must be positive, got {getattr(self, name)}')
+        if not 0 < self.rear_to_cg < self.wheelbase:
+            raise ValueError(f'rear_to_cg must lie in (0, wheelbase), got {self.rear_to_cg}')
+        if self.mu_dynamic > self.mu_static:
+            raise ValueError(f'mu_dynamic ({self.mu_dynamic}) must not exceed mu_static '
+                             f'({self.mu_static})')
+
+
+def car_step(state: np.ndarray, command: np.ndarray, params: CarParams,
+             dt: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """
+    Advance (B, 6) states by one step of `dt` under (B, 2) commands (clipped to [-1, 1]).
+
+    Returns (next state (B, 6), slipping (B, 2) bool per axle [front, rear]).
+    """
+    dt = params.dt if dt is None else dt
+    state = np.asarray(state, dtype=np.float64)
+    command = np.clip(np.asarray(command, dtype=np.float64), -1.0, 1.0)
+    if not np.all(np.isfinite(state)):
+        raise ValueError('car_step: state contains NaN or inf')
+    x, y, yaw, vx, vy, r = (state[:, i] for i in range(6))
+    throttle, steering = command[:, 0], command[:, 1]
+    lf = params.wheelbase - params.rear_to_cg
+    lr = params.rear_to_cg
+    delta = steering * params.max_steer
+    # No-slip target: forward speed follows throttle and drag; yaw rate and lateral velocity
+    # of the centre of mass follow the bicycle geometry.
+    vx_t = vx + dt * (params.max_accel * throttle - params.drag * vx)
+    r_t = vx_t * np.tan(delta) / params.wheelbase
+    vy_t = r_t * lr
+    # Forces that reach the no-slip target within dt: inertial acceleration of the centre of
+    # mass (change of body velocity plus the frame rotation omega x v) and yaw acceleration.
+    a_x = (vx_t - vx) / dt - r * vy
+    a_y = (vy_t - vy) / dt + r * vx
+    alpha = (r_t - r) / dt
+    m, inertia = params.mass, params.mass * lf * lr * params.yaw_inertia_factor
+    force_xr = m * a_x  # rear-wheel drive: the front wheels roll freely
+    force_yr = (m * a_y * lf - inertia * alpha) / params.wheelbase
+    force_yf = (m * a_y * lr + inertia * alpha) / params.wheelbase
+    # Per-axle traction limit proportional to its static normal load.
+    load_f = m * GRAVITY * lr / params.wheelbase
+    load_r = m * GRAVITY * lf / params.wheelbase
+    slipping = np.zeros((state.shape[0], 2), dtype=bool)
+    demand_f = np.abs(force_yf)
+    demand_r = np.hypot(force_xr, force_yr)
+    scales = []
+    for k, (demand, load) in enumerate(((demand_f, load_f), (demand_r, load_r))):
+        slip = demand > params.mu_static * load
+        scales.append(np.where(slip, params.mu_dynamic * load / np.maximum(demand, 1e-12),
+                               1.0))
+        slipping[:, k] = slip
+    force_yf = force_yf * scales[0]
+    force_xr, force_yr = force_xr * scales[1], force_yr * scales[1]
+    vx_n = vx + dt * (force_xr / m + r * vy)
+    vy_n = vy + dt * ((force_yf + force_yr) / m - r * vx)
+    r_n = r + dt * (force_yf * lf - force_yr * lr) / inertia
+    # Pose: integrate the mean body velocity over the step at the mid-step heading.
+    yaw_mid = yaw + 0.5 * dt * (r + r_n)
+    vxm, vym = 0.5 * (vx + vx_n), 0.5 * (vy + vy_n)
+    c, s = np.cos(yaw_mid), np.sin(yaw_mid)
+    nxt = np.stack([x + dt * (c * vxm - s * vym), y + dt * (s * vxm + c * vym),
+                    yaw + dt * 0.5 * (r + r_n), vx_n, vy_n, r_n], axis=1)
+    return nxt, slipping
+
+
+def simulate(state0: np.ndarray, commands: np.ndarray, params: CarParams,
+             hold: float) -> np.ndarray:
+    """
+    Play (B, H, 2) commands, each held for `hold` seconds, from (B, 6) states.
+
+    Returns (B, H + 1, 6) states at the command instants (index 0 is state0). The simulator
+    sub-steps at params.dt.
+    """
+    substeps = max(1, int(round(hold / params.dt)))
+    dt = hold / substeps
+    states = [np.asarray(state0, dtype=np.float64)]
+    current = states[0]
+    for i in range(commands.shape[1]):
+        for _ in range(substeps):
+            current, _ = car_step(current, commands[:, i], params, dt)
+        states.append(current)
+    return np.stack(states, axis=1)
+
+
+def slip_angle(state: np.ndarray, min_speed: float = 0.3) -> np.ndarray:
+    """Side-slip angle atan2(vy, vx) (rad) of (..., 6) states; 0 below min_speed (m/s)."""
+    speed = np.hypot(state[..., 3], state[..., 4])
+    angle = np.arctan2(state[..., 4], np.abs(state[..., 3]))
+    return np.where(speed > min_speed, angle, 0.0)
+
+
+@dataclass(frozen=True)
+class MocapNoise:
+    """
+    Emulated motion capture: pose noise (m, rad), dropout probability, rare outlier jumps.
+
+    Rates are per frame. Dropped frames are not published at all (as a mocap system that
+    loses a marker); jumps add `jump_size` m to the position for one frame.
+    """
+
+    rate_hz: float = 240.0
+    position_std: float = 0.002
+    yaw_std: float = 0.01
+    dropout: float = 0.02
+    jump_probability: float = 0.0
+    jump_size: float = 0.5
+
+
+def emulate_mocap(states: np.ndarray, noise: MocapNoise, rng: np.random.Generator
+                  ) -> Tuple[np.ndarray, np.ndarray]:
+    """
+    Turn (T, 6) true states into mocap frames: returns (valid (T,) bool, poses (T, 3)).
+
+    poses are [x, y, yaw] with yaw wrapped to (-pi, pi] as a mocap system reports it.
+    """
+    count = states.shape[0]
+    poses = states[:, :3].copy()
+    poses[:, :2] += rng.normal(0.0, noise.position_std, (count, 2))
+    poses[:, 2] += rng.normal(0.0, noise.yaw_std, count)
+    jumps = rng.random(count) < noise.jump_probability
+    poses[jumps, 0] += noise.jump_size
+    poses[:, 2] = np.angle(np.exp(1j * poses[:, 2]))
+    valid = rng.random(count) >= noise.dropout
+    return valid, poses
+
+
+class RandomDriver:
+    """
+    A human-like random driving policy for data collection (throttle and steering in [-1, 1]).
+
+    Piecewise-smooth commands: every 0.3-1.5 s a new target is drawn (mostly forward driving,
+    sometimes full throttle with full lock to provoke drifting, sometimes reversing or
+    braking); commands approach the target with a first-order lag as a driver's thumbs do.
+    """
+
+    def __init__(self, rng: np.random.Generator, dt: float) -> None:
+        self.rng = rng
+        self.dt = dt
+        self.command = np.zeros(2)
+        self.target = np.zeros(2)
+        self.time_left = 0.0
+
+    def _new_target(self) -> None:
+        mode = self.rng.random()
+        if mode < 0.55:  # cruising
+            target = [self.rng.uniform(0.1, 0.7), self.rng.uniform(-0.8, 0.8)]
+        elif mode < 0.75:  # aggressive: drift provocation
+            target = [self.rng.uniform(0.7, 1.0), self.rng.choice([-1.0, 1.0])]
+        elif mode < 0.9:  # reverse
+            target = [self.rng.uniform(-0.8, -0.1), self.rng.uniform(-1.0, 1.0)]
+        else:  # coast or brake
+            target = [self.rng.uniform(-0.3, 0.1), self.rng.uniform(-0.5, 0.5)]
+        self.target = np.asarray(target, dtype=np.float64)
+        self.time_left = self.rng.uniform(0.3, 1.5)
+
+    def __call__(self) -> np.ndarray:
+        """Return the next (2,) command."""
+        if self.time_left <= 0:
+            self._new_target()
+        self.time_left -= self.dt
+        gain = min(1.0, self.dt / 0.1)
+        self.command = self.command + gain * (self.target - self.command)
+        return np.clip(self.command, -1.0, 1.0)
+
+
+def collect_driving(duration_s: float, params: CarParams, rng: np.random.Generator,
+                    cars: int = 1, arena: float = 4.0
+                    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """
+    Drive `cars` independent cars with the random policy for `duration_s` s at params.dt.
+
+    Returns (time (T,), states (cars, T, 6), commands (cars, T, 2)); command t acts from t
+    to t+1. A car that leaves the square arena of half-size `arena` m is put back at the
+    origin at rest with a random heading (a human would pick it up); split drives at those
+    resets with `reset_indices`.
+    """
+    steps = int(round(duration_s / params.dt))
+    drivers = [RandomDriver(rng, params.dt) for _ in range(cars)]
+    state = np.zeros((cars, 6))
+    states = np.zeros((cars, steps, 6))
+    commands = np.zeros((cars, steps, 2))
+    for i in range(steps):
+        out = np.max(np.abs(state[:, :2]), axis=1) > arena
+        if np.any(out):
+            state[out] = 0.0
+            state[out, 2] = rng.uniform(-np.pi, np.pi, int(out.sum()))
+        states[:, i] = state
+        commands[:, i] = np.stack([driver() for driver in drivers])
+        state, _ = car_step(state, commands[:, i], params)
+    return np.arange(steps) * params.dt, states, commands
+
+
+def reset_indices(states: np.ndarray, dt: float, max_speed: float = 20.0) -> np.ndarray:
+    """Return indices i where states[i] -> states[i+1] is a reset (a jump no car can make)."""
+    step = np.hypot(*np.diff(states[:, :2], axis=0).T)
+    return np.flatnonzero(step > max_speed * dt)

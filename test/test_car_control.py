@@ -1,0 +1,179 @@
+"""Costs, line-search optimiser, tracks and the track MPC (including a property test)."""
+import math
+import time
+
+from bench.mpc import reference_project
+from hypothesis import given, settings, strategies as st
+import numpy as np
+import pytest
+from robot_dynamics_learning.control.car_training import build_car_model
+from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
+                                                   progress_cost, regularizer, target_cost)
+from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
+from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.control.track import load_track_spec, stadium_waypoints, Track, \
+    TrackSpec
+import torch
+
+OVAL = 'config/tracks/oval.yaml'
+
+
+def test_costs_match_the_seed_equations():
+    u = torch.tensor([[[1.0, 0.0], [2.0, 0.0]]])
+    assert float(regularizer(u)) == pytest.approx(1 + 4 + 1)
+    assert float(regularizer(u, torch.tensor([1.0, 0.0]))) == pytest.approx(6.0)
+    lower, upper = torch.tensor([-1.0, -1.0]), torch.tensor([1.5, 1.0])
+    assert float(limit_barrier(u, lower, upper, 1.0)) == pytest.approx(0.25)
+    states = torch.zeros(1, 3, 6)
+    states[0, 2, :3] = torch.tensor([1.0, 1.0, 0.0])
+    assert float(target_cost(states, {-1: (1.0, 2.0, 0.5)})) == pytest.approx(1.25)
+    lateral = torch.tensor([[0.0, 0.45, -0.6]])
+    assert float(excursion_cost(lateral, 0.5, 0.1, 1.0)) == pytest.approx(0.05 ** 2 + 0.2 ** 2)
+    speeds = torch.tensor([[1.0, 2.0]])
+    assert float(progress_cost(torch.tensor([3.0]), speeds, 1.5, 1.0, 1.0)) == \
+        pytest.approx(-3.0 + 0.5)
+
+
+def test_line_search_descends_a_quadratic():
+    target = torch.linspace(-1, 1, 20).view(10, 2)
+
+    def cost(u):
+        return ((u - target) ** 2).sum((1, 2))
+
+    u, info = LineSearchOptimizer(OptimizerConfig(iterations=50)).optimize(
+        cost, torch.zeros(10, 2))
+    assert info.cost < 1e-3 * info.initial_cost
+    assert torch.allclose(u, target, atol=0.05)
+
+
+def test_optimiser_reports_non_finite_costs():
+    with pytest.raises(ValueError, match='not finite'):
+        LineSearchOptimizer().optimize(lambda u: u.sum((1, 2)) * math.nan, torch.zeros(3, 2))
+
+
+def test_track_coordinates():
+    track = Track(load_track_spec(OVAL))
+    assert track.length == pytest.approx(2 * 3.0 + 2 * math.pi * 1.2, rel=0.01)
+    x, y, heading = track.pose_at(1.0)
+    left = np.array([x - 0.3 * math.sin(heading), y + 0.3 * math.cos(heading)])
+    s, lateral = track.coordinates(left)
+    assert s == pytest.approx(1.0, abs=0.02) and lateral == pytest.approx(0.3, abs=0.01)
+    window = track.window_tensors(track.nearest_segment(left) - 5, 40)
+    s_t, lateral_t = Track.project(torch.tensor(left, dtype=torch.float32)[None], window)
+    assert float(lateral_t) == pytest.approx(0.3, abs=0.01)
+    assert float(s_t) == pytest.approx(5 * track.spec.spacing, abs=0.03)
+
+
+def test_bad_tracks_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match='waypoints'):
+        TrackSpec(((0, 0), (1, 0)), 0.5)
+    path = tmp_path / 't.yaml'
+    path.write_text('half_width: 0.5\n')
+    with pytest.raises(ValueError, match='waypoints or stadium'):
+        load_track_spec(path)
+    assert len(stadium_waypoints(2.0, 1.0)) == 40
+
+
+@pytest.fixture(scope='module')
+def mpc():
+    torch.manual_seed(0)
+    model = build_car_model('car_bicycle')
+    config = MPCConfig(throttle_limits=(0.0, 0.8), steering_limits=(-0.7, 0.7),
+                       budget_s=10.0)
+    return TrackMPC(model, Track(load_track_spec(OVAL)), config,
+                    LineSearchOptimizer(OptimizerConfig(iterations=2, candidates=64)))
+
+
+def test_mpc_plans_forward_along_the_track_and_warm_starts(mpc):
+    mpc.reset()
+    x, y, yaw = mpc.track.pose_at(0.0)
+    result = mpc.solve(np.array([x, y, yaw, 1.0, 0.0, 0.0]))
+    assert result.ok and result.plan.shape == (20, 2) and result.predicted.shape == (20, 6)
+    assert result.command[0] > 0.0
+    shifted = mpc.warm_start()
+    assert torch.allclose(shifted[:-1], torch.as_tensor(result.plan[1:], dtype=torch.float32))
+
+
+def test_mpc_brakes_on_a_bad_state(mpc):
+    result = mpc.solve(np.array([0.0, np.nan, 0.0, 0.0, 0.0, 0.0]))
+    assert not result.ok and result.reason == 'bad_state'
+    assert np.array_equal(result.command, [0.0, 0.0])
+
+
+def test_mpc_flags_a_missed_budget():
+    model = build_car_model('car_bicycle')
+    mpc = TrackMPC(model, Track(load_track_spec(OVAL)), MPCConfig(budget_s=1e-6),
+                   LineSearchOptimizer(OptimizerConfig(iterations=1, candidates=8)))
+    x, y, yaw = mpc.track.pose_at(0.0)
+    result = mpc.solve(np.array([x, y, yaw, 1.0, 0.0, 0.0]))
+    assert not result.ok and result.reason == 'budget'
+
+
+def test_mpc_config_is_validated():
+    with pytest.raises(ValueError, match='throttle_limits'):
+        MPCConfig(throttle_limits=(1.0, 0.0))
+    with pytest.raises(ValueError, match='brake_command'):
+        MPCConfig(throttle_limits=(0.2, 1.0))
+
+
+finite = st.floats(-1e3, 1e3, allow_nan=False)
+anything = st.one_of(finite, st.just(math.nan), st.just(math.inf), st.just(-math.inf),
+                     st.floats(-1e9, 1e9))
+
+
+@settings(max_examples=40, deadline=None)
+@given(state=st.lists(anything, min_size=6, max_size=6))
+def test_mpc_command_is_always_finite_and_within_limits(mpc, state):
+    result = mpc.solve(np.array(state))
+    assert result.command.shape == (2,)
+    assert mpc.config.within_limits(result.command)
+
+
+def test_optimiser_skips_an_iteration_that_would_miss_the_deadline():
+    def slow_cost(u):
+        time.sleep(0.02)
+        return (u ** 2).sum((1, 2))
+
+    optimizer = LineSearchOptimizer(OptimizerConfig(iterations=10, candidates=8,
+                                                    stop_early=False))
+    _, info = optimizer.optimize(slow_cost, torch.ones(3, 2),
+                                 deadline=time.perf_counter() + 0.07)
+    assert info.iterations == 1  # the second would end after the deadline
+    assert info.seconds < 0.1
+
+
+def test_projection_matches_the_direct_search():
+    track = Track(load_track_spec(OVAL))
+    generator = np.random.default_rng(0)
+    first = 37
+    window = track.window_tensors(first, 100)
+    for _ in range(50):
+        x, y, heading = track.pose_at(track.s[first] + generator.uniform(0.5, 4.0))
+        offset = generator.uniform(-0.4, 0.4)
+        xy = np.array([x - offset * math.sin(heading), y + offset * math.cos(heading)])
+        position = torch.tensor(xy, dtype=torch.float32)[None]
+        s, lateral = Track.project(position, window)
+        s_direct, lateral_direct = reference_project(position, window)
+        assert float(s) == pytest.approx(float(s_direct), abs=1e-5)
+        assert float(lateral) == pytest.approx(float(lateral_direct), abs=1e-5)
+        s_ref, lateral_ref = track.coordinates(xy)  # polyline corners: s within a segment
+        assert float(lateral) == pytest.approx(lateral_ref, abs=1e-3)
+        assert (float(s) + track.s[first]) % track.length == pytest.approx(s_ref, abs=0.03)
+
+
+def test_delay_compensation_rolls_the_committed_command_forward(mpc):
+    mpc.reset()
+    x, y, yaw = mpc.track.pose_at(0.0)
+    state = np.array([x, y, yaw, 1.0, 0.0, 0.2])
+    assert np.array_equal(mpc.predict_ahead(state, 0.0), state)
+    committed = mpc.solve(state).command
+    with torch.no_grad():
+        one_step = mpc.model.rollout(torch.tensor(state, dtype=torch.float32).view(1, 6),
+                                     torch.tensor(committed, dtype=torch.float32)
+                                     .view(1, 1, 2)).mean[0, 0].numpy()
+    h = mpc.model.h
+    assert np.allclose(mpc.predict_ahead(state, h), one_step, atol=1e-5)
+    assert np.allclose(mpc.predict_ahead(state, 0.5 * h), 0.5 * (state + one_step), atol=1e-5)
+    assert mpc.solve(state, delay_s=0.08).ok
+    bad = mpc.solve(state, delay_s=math.nan)
+    assert not bad.ok and np.array_equal(bad.command, [0.0, 0.0])
