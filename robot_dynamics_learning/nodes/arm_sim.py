@@ -8,15 +8,17 @@ changes at run time through the `payload_mass` parameter or a `std_msgs/Float64`
 `~/payload_mass` (kg); it applies from the next block. With `publish_command` the motor
 torque also goes out as `std_msgs/Float64MultiArray` (ros2_control effort-controller style).
 """
+import functools
 import threading
 import time
 from typing import List
 
-from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import SetParametersResult
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from robot_dynamics_learning.nodes.conversions import float64_array_msg, joint_state_msg
+from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
 from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
@@ -31,24 +33,19 @@ class ArmSimNode(Node):
     def __init__(self) -> None:
         super().__init__('arm_sim')
 
-        def declare(name, default, description, dynamic=False, **extra):
-            self.declare_parameter(name, default, ParameterDescriptor(
-                description=description, read_only=not dynamic, **extra))
+        declare = functools.partial(declare_parameter, self)
 
         declare('urdf', '', 'arm URDF path (empty: the package urdf/panda.urdf)')
-        declare('rate_hz', 1000.0, 'sample (and publish) rate',
-                floating_point_range=[FloatingPointRange(from_value=1.0, to_value=10000.0)])
+        declare('rate_hz', 1000.0, 'sample (and publish) rate', 1.0, 10000.0)
         declare('real_time_factor', 1.0, 'simulated seconds per wall second (0: as fast '
-                'as possible)',
-                floating_point_range=[FloatingPointRange(from_value=0.0, to_value=100.0)])
+                'as possible)', 0.0, 100.0)
         declare('block', 50, 'samples simulated ahead per block (larger: fewer, bigger '
                 'batched torch calls per sample; payload changes apply from the next block)')
         declare('torch_threads', 1, 'torch intra-op threads of the simulation (1: its small '
                 'batched calls run about 10x slower split over two threads on a 2-core CPU)')
         declare('trajectory', 'excitation', f'reference trajectory, one of {MODES}')
         declare('payload_mass', 0.0, 'payload at the flange (kg); may change at run time',
-                dynamic=True,
-                floating_point_range=[FloatingPointRange(from_value=0.0, to_value=50.0)])
+                0.0, 50.0, dynamic=True)
         declare('payload_com', [0.0, 0.0, 0.05], 'payload centre of mass in the flange frame '
                 '(m)')
         declare('noise_position', 1e-4, 'position noise standard deviation (rad)')

@@ -8,28 +8,25 @@ dropouts (frames not published) and optional jumps. Ground truth goes out on `~/
 and `~/true_twist` (body velocities) for evaluation. A command older than command_timeout_s
 is replaced by zero throttle and steering (the car rolls to a stop).
 """
+import functools
 import math
 import threading
 import time
 
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
-from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
                                                        planar_pose_msg, time_msg)
+from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
 from sensor_msgs.msg import Joy
 
 COMMAND_TYPES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
-
-
-def _range(low: float, high: float) -> list:
-    return [FloatingPointRange(from_value=low, to_value=high)]
 
 
 class CarSimNode(Node):
@@ -38,21 +35,15 @@ class CarSimNode(Node):
     def __init__(self) -> None:
         super().__init__('car_sim')
 
-        def declare(name, default, description, **extra):
-            self.declare_parameter(name, default, ParameterDescriptor(
-                description=description, read_only=True, **extra))
+        declare = functools.partial(declare_parameter, self)
 
         declare('mocap_rate_hz', 240.0, 'mocap frame rate (also the simulation step)',
-                floating_point_range=_range(10.0, 1000.0))
-        declare('position_std', 0.002, 'mocap position noise (m)',
-                floating_point_range=_range(0.0, 1.0))
-        declare('yaw_std', 0.005, 'mocap yaw noise (rad)', floating_point_range=_range(0.0, 1.0))
-        declare('dropout', 0.02, 'probability that a mocap frame is lost',
-                floating_point_range=_range(0.0, 1.0))
-        declare('jump_probability', 0.0, 'probability of a one-frame position jump',
-                floating_point_range=_range(0.0, 1.0))
-        declare('jump_size', 0.5, 'size of a mocap jump (m)',
-                floating_point_range=_range(0.0, 10.0))
+                10.0, 1000.0)
+        declare('position_std', 0.002, 'mocap position noise (m)', 0.0, 1.0)
+        declare('yaw_std', 0.005, 'mocap yaw noise (rad)', 0.0, 1.0)
+        declare('dropout', 0.02, 'probability that a mocap frame is lost', 0.0, 1.0)
+        declare('jump_probability', 0.0, 'probability of a one-frame position jump', 0.0, 1.0)
+        declare('jump_size', 0.5, 'size of a mocap jump (m)', 0.0, 10.0)
         declare('command_type', 'twist', f'command message type: {sorted(COMMAND_TYPES)}')
         declare('throttle_axis', 1, 'Joy axis of the throttle')
         declare('steering_axis', 3, 'Joy axis of the steering')
@@ -60,7 +51,7 @@ class CarSimNode(Node):
         declare('steering_scale', 1.0, 'steering = steering_scale * angular.z (or the Joy '
                 'axis)')
         declare('command_timeout_s', 0.5, 'zero command after this long without one (s)',
-                floating_point_range=_range(0.01, 10.0))
+                0.01, 10.0)
         declare('track_file', '', 'start on this track centre line at progress start_s '
                 '(empty: start at start_pose)')
         declare('start_s', 0.0, 'progress along the track of the start pose (m)')

@@ -17,13 +17,13 @@ interpreter's GIL switch interval so the callback does not wait a whole 5 ms sli
 trainer thread to hand the GIL over.
 """
 import array
+import functools
 import json
 import time
 from typing import List, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
@@ -37,6 +37,7 @@ from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
                                                        joint_state_msg, JointStateParser,
                                                        stamp_to_ns)
+from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from sensor_msgs.msg import JointState
@@ -44,14 +45,6 @@ from std_msgs.msg import Float64MultiArray
 import torch
 
 INVERSE_MODELS = ('lstm', 'ac_rkn_inverse', 'hybrid', 'rigid_body', 'ffnn')
-
-
-def _float_range(low: float, high: float) -> List[FloatingPointRange]:
-    return [FloatingPointRange(from_value=low, to_value=high, step=0.0)]
-
-
-def _int_range(low: int, high: int) -> List[IntegerRange]:
-    return [IntegerRange(from_value=low, to_value=high, step=1)]
 
 
 class DynamicsLearnerNode(Node):
@@ -106,9 +99,7 @@ class DynamicsLearnerNode(Node):
             f"{self.resolve_topic_name('joint_states')}")
 
     def _declare_parameters(self) -> None:
-        def declare(name, default, description, **extra):
-            self.declare_parameter(name, default, ParameterDescriptor(
-                description=description, read_only=True, **extra))
+        declare = functools.partial(declare_parameter, self)
 
         declare('model', 'lstm', f'model type, one of {INVERSE_MODELS}')
         declare('model_config', '{}', 'model settings as a JSON object (see docs/models.md)')
@@ -118,53 +109,43 @@ class DynamicsLearnerNode(Node):
                 '(Float64MultiArray on command_topic, joint order as joint_names)')
         declare('command_topic', '/effort_controller/commands', 'torque command topic')
         declare('checkpoint_dir', '', 'folder for checkpoints; empty disables them')
-        declare('keep_checkpoints', 3, 'checkpoints kept', integer_range=_int_range(1, 1000))
-        declare('checkpoint_period_s', 30.0, 'seconds between checkpoints',
-                floating_point_range=_float_range(0.1, 86400.0))
+        declare('keep_checkpoints', 3, 'checkpoints kept', 1, 1000)
+        declare('checkpoint_period_s', 30.0, 'seconds between checkpoints', 0.1, 86400.0)
         declare('resume', True, 'continue from the newest valid checkpoint if there is one')
-        declare('batch_size', 128, 'windows per mini-batch', integer_range=_int_range(1, 4096))
-        declare('window', 32, 'steps per training window', integer_range=_int_range(1, 1000))
-        declare('learning_rate', 3e-3, 'Adam learning rate',
-                floating_point_range=_float_range(1e-6, 1.0))
-        declare('grad_clip', 1.0, 'maximum gradient norm',
-                floating_point_range=_float_range(1e-6, 1e6))
+        declare('batch_size', 128, 'windows per mini-batch', 1, 4096)
+        declare('window', 32, 'steps per training window', 1, 1000)
+        declare('learning_rate', 3e-3, 'Adam learning rate', 1e-6, 1.0)
+        declare('grad_clip', 1.0, 'maximum gradient norm', 1e-6, 1e6)
         declare('updates_per_sample', 0.1, 'training budget: updates per received sample '
-                '(0: as fast as possible)', floating_point_range=_float_range(0.0, 10.0))
+                '(0: as fast as possible)', 0.0, 10.0)
         declare('warmup_samples', 1000, 'samples before the first update (normalisation fit)',
-                integer_range=_int_range(1, 10_000_000))
-        declare('recent_capacity', 20000, 'samples in the ring of recent data',
-                integer_range=_int_range(10, 10_000_000))
+                1, 10_000_000)
+        declare('recent_capacity', 20000, 'samples in the ring of recent data', 10, 10_000_000)
         declare('reservoir_windows', 2000, 'windows kept from the whole past (0: none)',
-                integer_range=_int_range(0, 1_000_000))
-        declare('recent_fraction', 0.8, 'share of each batch from recent data',
-                floating_point_range=_float_range(0.0, 1.0))
+                0, 1_000_000)
+        declare('recent_fraction', 0.8, 'share of each batch from recent data', 0.0, 1.0)
         declare('gap_factor', 3.0, 'a step this many times the nominal period breaks windows',
-                floating_point_range=_float_range(1.01, 1000.0))
+                1.01, 1000.0)
         declare('prequential_window', 5000, 'samples in the sliding prequential nMSE',
-                integer_range=_int_range(2, 10_000_000))
+                2, 10_000_000)
         declare('renormalize_factor', 10.0, 'refit the normalisation when a channel spreads '
                 'this many times wider than at the fit (a robot that started at rest); 0: never',
-                floating_point_range=_float_range(0.0, 1e6))
+                0.0, 1e6)
         declare('publish_every', 5, 'updates between weight hand-overs to the predictor',
-                integer_range=_int_range(1, 100000))
+                1, 100000)
         declare('time_reset_s', 0.5, 'a stamp this far backwards is a time reset (looping '
-                'bag): state is reset instead of rejecting', floating_point_range=_float_range(
-                    0.0, 1e9))
+                'bag): state is reset instead of rejecting', 0.0, 1e9)
         declare('accel_window', 21, 'samples in the causal acceleration estimate (a one-sided '
-                'quadratic fit to velocities, signals/causal.py)',
-                integer_range=_int_range(3, 1000))
-        declare('diagnostics_period_s', 1.0, 'seconds between diagnostics',
-                floating_point_range=_float_range(0.01, 3600.0))
-        declare('torch_threads', 1, 'torch intra-op threads (training shares the CPU)',
-                integer_range=_int_range(1, 64))
+                'quadratic fit to velocities, signals/causal.py)', 3, 1000)
+        declare('diagnostics_period_s', 1.0, 'seconds between diagnostics', 0.01, 3600.0)
+        declare('torch_threads', 1, 'torch intra-op threads (training shares the CPU)', 1, 64)
         declare('train_cpu_share', 0.5, 'share of one core the trainer thread may use (it '
                 'pauses between updates); leaves the callback room at 1 kHz on a small CPU',
-                floating_point_range=_float_range(0.01, 1.0))
+                0.01, 1.0)
         declare('seed', 0, 'random seed of the buffer sampling and model initialisation')
         declare('record_path', '', 'write the newest record_max_samples (stamp, measured '
                 'torque, prediction, prequential nMSE) to this .npz at shutdown; empty: off')
-        declare('record_max_samples', 200000, 'samples kept for record_path',
-                integer_range=_int_range(1, 100_000_000))
+        declare('record_max_samples', 200000, 'samples kept for record_path', 1, 100_000_000)
 
     def _build(self, names: List[str]) -> None:
         """Create model, learner and checkpoint folder once the joint names are known."""

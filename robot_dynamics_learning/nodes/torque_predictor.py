@@ -8,6 +8,7 @@ then for every accepted `/joint_states` message publishes `~/predicted_torques` 
 A timer polls the folder and swaps in a newer checkpoint between messages, keeping the
 recurrent state, so a learner elsewhere (another machine, a GPU) can feed many predictors.
 """
+import functools
 from pathlib import Path
 import threading
 import time
@@ -15,7 +16,6 @@ from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
-from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
@@ -26,6 +26,7 @@ from robot_dynamics_learning.learning.prequential import LatencyLog, Prequential
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, joint_state_msg,
                                                        JointStateParser, stamp_to_ns)
+from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from sensor_msgs.msg import JointState
@@ -38,13 +39,11 @@ class TorquePredictorNode(Node):
     def __init__(self) -> None:
         super().__init__('torque_predictor')
 
-        def declare(name, default, description, **extra):
-            self.declare_parameter(name, default, ParameterDescriptor(
-                description=description, read_only=True, **extra))
+        declare = functools.partial(declare_parameter, self)
 
         declare('checkpoint_dir', '', 'folder of checkpoints written by dynamics_learner')
         declare('poll_period_s', 1.0, 'seconds between checks for a newer checkpoint',
-                floating_point_range=[FloatingPointRange(from_value=0.05, to_value=3600.0)])
+                0.05, 3600.0)
         declare('accel_window', 21, 'samples in the causal acceleration estimate')
         declare('history_size', 32, 'recent samples replayed to warm up the recurrent state of '
                 'a newly loaded model (one training window)')
