@@ -23,6 +23,7 @@ import warnings
 import numpy as np
 from robot_dynamics_learning.dynamics import (aba, crba, forward_kinematics, jacobian,
                                               load_urdf, rnea)
+from robot_dynamics_learning.memory import retain_freed_memory
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,6 +136,7 @@ def main() -> None:
     from differentiable_robot_model.robot_model import DifferentiableRobotModel
 
     torch.set_num_threads(1)
+    retain_freed_memory()  # for all three libraries alike
     with tempfile.TemporaryDirectory() as tmp:
         urdf = _drm_urdf(Path(tmp))
         ours = load_urdf(urdf)

@@ -9,6 +9,8 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
+from robot_dynamics_learning.memory import retain_freed_memory
+
 # Modules exposing `register(subparsers: argparse._SubParsersAction) -> None`.
 COMMAND_MODULES = (
     'robot_dynamics_learning.data.cli',
@@ -33,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse arguments and run the chosen sub-command's handler (`args.func`)."""
     args = build_parser().parse_args(argv)
+    retain_freed_memory()
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, FileExistsError) as error:

@@ -141,22 +141,41 @@ def _spatial_cross_tensors(dtype: torch.dtype, device: torch.device
     return motion.reshape(6, 36), force.reshape(6, 36)
 
 
+def _sparse_cross_tensors(dtype: torch.dtype, device: torch.device
+                          ) -> Tuple[Tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]:
+    """
+    Return (matrix (6, 18), left (18,), right (18,)) for the motion and the force product.
+
+    Only 18 of the 36 pairs v_j m_k enter a spatial cross product: for wide batches forming
+    just those pairs (two index_selects) halves the outer product's memory traffic.
+    """
+    result = []
+    for full in _spatial_cross_tensors(dtype, device):
+        pairs = full.abs().sum(0).nonzero()[:, 0]
+        result.append((full[:, pairs].contiguous(), torch.div(pairs, 6, rounding_mode='floor'),
+                       pairs % 6))
+    return tuple(result)
+
+
+def _spatial_cross(kind: int, v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Spatial cross product on batch-last (..., 6, N) tensors: kind 0 motion, 1 force."""
+    if max(v.shape[-1], m.shape[-1]) >= WIDE_BATCH:
+        matrix, left, right = _cached('sparse_cross', v.dtype, v.device,
+                                      _sparse_cross_tensors)[kind]
+        return torch.matmul(matrix, v.index_select(-2, left) * m.index_select(-2, right))
+    outer = (v.unsqueeze(-2) * m.unsqueeze(-3)).flatten(-3, -2)
+    return torch.matmul(_cached('cross', v.dtype, v.device, _spatial_cross_tensors)[kind],
+                        outer)
+
+
 def _crm(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """Spatial motion cross product v x m on batch-last (..., 6, N) tensors."""
-    if max(v.shape[-1], m.shape[-1]) >= WIDE_BATCH:
-        vw, vv, mw, mv = v[..., :3, :], v[..., 3:, :], m[..., :3, :], m[..., 3:, :]
-        return torch.cat([_cross(vw, mw), _cross(vw, mv) + _cross(vv, mw)], -2)
-    outer = (v.unsqueeze(-2) * m.unsqueeze(-3)).flatten(-3, -2)
-    return torch.matmul(_cached('cross', v.dtype, v.device, _spatial_cross_tensors)[0], outer)
+    return _spatial_cross(0, v, m)
 
 
 def _crf(v: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     """Spatial force cross product v x* f on batch-last (..., 6, N) tensors."""
-    if max(v.shape[-1], f.shape[-1]) >= WIDE_BATCH:
-        vw, vv, fw, fv = v[..., :3, :], v[..., 3:, :], f[..., :3, :], f[..., 3:, :]
-        return torch.cat([_cross(vw, fw) + _cross(vv, fv), _cross(vw, fv)], -2)
-    outer = (v.unsqueeze(-2) * f.unsqueeze(-3)).flatten(-3, -2)
-    return torch.matmul(_cached('cross', v.dtype, v.device, _spatial_cross_tensors)[1], outer)
+    return _spatial_cross(1, v, f)
 
 
 def _tree(matrix: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -214,14 +233,11 @@ def _kinematics(model: RobotModel, c: _Constants, q: torch.Tensor
     S_i = [w; p x w] for a revolute joint with world axis w through p, [0; w] for prismatic.
     """
     n, batch = q.shape
-    qr = q * c.revolute
-    sin = torch.sin(qr)[:, None, None]
-    vers = (1.0 - torch.cos(qr))[:, None, None]
-    rot = c.rot0 + sin * c.rot0_k + vers * c.rot0_k2
-    top = torch.cat([rot, (c.pos0 + c.slide * q[:, None])[:, :, None]], 2)
-    # (n, 1, 4, 4, N): homogeneous local transforms, pre-shaped for the product below.
-    local = torch.cat([top, c.bottom.expand(n, 1, 4, batch)], 1).unsqueeze(1).unbind(0)
-    tops = top.unbind(0)
+    terms = torch.stack([torch.sin(q), 1.0 - torch.cos(q), q], 1)
+    local = torch.baddbmm(c.local0, c.local_basis, terms).view(n, 4, 4, batch)
+    tops = local[:, :3].unbind(0)
+    # (1, 4, 4, N) per joint: pre-shaped for the batch-last product below.
+    local = local.unsqueeze(1).unbind(0)
     world: List[torch.Tensor] = []
     for i, parent in enumerate(model.parents):
         if parent == ROOT:
@@ -278,9 +294,13 @@ def _world_inertia(transforms: torch.Tensor, mass: torch.Tensor, com: torch.Tens
     inertia_o = (_mm(_mm(rot, inertia_com), rot.transpose(1, 2))
                  - h[:, :, None] * com_w[:, None, :] + (h * com_w).sum(1)[:, None, None] * eye)
     hx = torch.matmul(_cached('skew', h.dtype, h.device, _skew_basis), h).unflatten(1, (3, 3))
-    top = torch.cat([inertia_o, hx], 2)
-    bottom = torch.cat([hx.transpose(1, 2), (mass[..., None] * eye).expand_as(hx)], 2)
-    return torch.cat([top, bottom], 1)
+    # Block assignment into one buffer: cheaper than concatenating, and differentiable.
+    out = inertia_o.new_empty(inertia_o.shape[:1] + (6, 6) + inertia_o.shape[-1:])
+    out[:, :3, :3] = inertia_o
+    out[:, :3, 3:] = hx
+    out[:, 3:, :3] = hx.transpose(1, 2)
+    out[:, 3:, 3:] = mass[..., None] * eye
+    return out
 
 
 def _skew_basis(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -555,18 +575,18 @@ def aba(model: RobotModel, q: torch.Tensor, qd: torch.Tensor, tau: torch.Tensor,
     d_inv: List[torch.Tensor] = list(tau_list)
     u_sc: List[torch.Tensor] = list(tau_list)
     for i in range(n - 1, -1, -1):
-        si = s_list[i]
-        ui = _mv(art[i], si)
-        di_inv = 1.0 / (si * ui).sum(0)
+        si, articulated = s_list[i], art[i]
+        ui = (articulated * si).sum(1)  # I^A S: I^A is symmetric, contract its contiguous axis
+        di_inv = torch.reciprocal((si * ui).sum(0))
         torque = tau_list[i] - (si * art_bias[i]).sum(0)
         u_vec[i], d_inv[i], u_sc[i] = ui, di_inv, torque
         parent = model.parents[i]
         if parent != ROOT:
             scaled = ui * di_inv
-            reduced = art[i] - ui[:, None] * scaled[None, :]
+            reduced = torch.addcmul(articulated, ui[:, None], scaled[None, :], value=-1.0)
             art[parent] = art[parent] + reduced
-            art_bias[parent] = (art_bias[parent] + art_bias[i] + scaled * torque
-                                + _mv(reduced, c_list[i]))
+            passed = torch.addcmul(art_bias[i] + (reduced * c_list[i]).sum(1), scaled, torque)
+            art_bias[parent] = art_bias[parent] + passed
     base = c.gravity_accel if gravity else torch.zeros_like(c.gravity_accel)
     acc: List[torch.Tensor] = []
     qdd: List[torch.Tensor] = []
@@ -575,5 +595,5 @@ def aba(model: RobotModel, q: torch.Tensor, qd: torch.Tensor, tau: torch.Tensor,
         before = (base if parent == ROOT else acc[parent]) + c_list[i]
         qddi = (u_sc[i] - (u_vec[i] * before).sum(0)) * d_inv[i]
         qdd.append(qddi)
-        acc.append(before + s_list[i] * qddi)
+        acc.append(torch.addcmul(before, s_list[i], qddi))
     return _unflat(torch.stack(qdd, 0), batch)

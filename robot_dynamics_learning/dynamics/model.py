@@ -111,11 +111,11 @@ class _Constants(NamedTuple):
     (..., N) so that small 3x3 and 6x6 products become wide element-wise operations.
     """
 
-    rot0: torch.Tensor          # (n, 3, 3, 1) placement rotation, parent body -> joint frame
-    rot0_k: torch.Tensor        # (n, 3, 3, 1) rot0 @ [axis]x (Rodrigues, first order term)
-    rot0_k2: torch.Tensor       # (n, 3, 3, 1) rot0 @ [axis]x^2 (Rodrigues, second order term)
-    pos0: torch.Tensor          # (n, 3, 1) placement translation
-    slide: torch.Tensor         # (n, 3, 1) rot0 @ axis for prismatic joints, 0 otherwise
+    # Local transform parent body -> body, placement @ [Rodrigues rotation | slide], flattened:
+    # local0 + local_basis @ [sin(q), 1 - cos(q), q] with the columns of local_basis
+    # [rot0 [axis]x, 0] and [rot0 [axis]x^2, 0] (revolute), [0, rot0 axis] (prismatic).
+    local0: torch.Tensor        # (n, 16, 1) the placement (joint at zero)
+    local_basis: torch.Tensor   # (n, 16, 3)
     revolute: torch.Tensor      # (n, 1) 1 for revolute joints
     revolute3: torch.Tensor     # (n, 1, 1) the same, to scale (n, 3, N) vectors
     prismatic3: torch.Tensor    # (n, 1, 1) 1 for prismatic joints
@@ -226,8 +226,12 @@ class RobotModel:
         axes = self.axes
         k = skew(axes)
         rot0 = self.placements[:, :3, :3]
+        local_basis = torch.zeros(n, 4, 4, 3, dtype=f64)
         revolute = torch.tensor([t == JOINT_REVOLUTE for t in self.joint_types], dtype=f64)
         prismatic = 1.0 - revolute
+        local_basis[:, :3, :3, 0] = rot0 @ k * revolute[:, None, None]
+        local_basis[:, :3, :3, 1] = rot0 @ k @ k * revolute[:, None, None]
+        local_basis[:, :3, 3, 2] = (rot0 @ axes[:, :, None])[..., 0] * prismatic[:, None]
         bottom = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=f64).reshape(1, 1, 4)
         subtree = torch.zeros(n, n, dtype=f64)
         for j in range(n):
@@ -237,8 +241,7 @@ class RobotModel:
                 i = self.parents[i]
         mass, com, inertia_com = inertial_parts(self.inertias)
         values = _Constants(
-            rot0=rot0, rot0_k=rot0 @ k, rot0_k2=rot0 @ k @ k, pos0=self.placements[:, :3, 3],
-            slide=(rot0 @ axes[:, :, None])[..., 0] * prismatic[:, None],
+            local0=self.placements.reshape(n, 16, 1), local_basis=local_basis.reshape(n, 16, 3),
             revolute=revolute, revolute3=revolute[:, None], prismatic3=prismatic[:, None],
             axis=axes, bottom=bottom, subtree=subtree,
             subtree_t=subtree.T, strict=subtree - torch.eye(n, dtype=f64), subtree3=subtree,
@@ -246,7 +249,7 @@ class RobotModel:
             inertia_com=inertia_com, damping=self.damping, friction=self.friction,
             gravity_accel=torch.cat([torch.zeros(3, dtype=f64), -self.gravity]),
             link_offsets=self.link_offsets)
-        batch_free = ('subtree', 'subtree_t')
+        batch_free = ('subtree', 'subtree_t', 'local0', 'local_basis')
         return _Constants(**{
             name: (value if name in batch_free else value[..., None]).to(
                 dtype=dtype, device=device).contiguous()

@@ -12,6 +12,7 @@ import rclpy
 from rclpy.executors import (ExternalShutdownException, MultiThreadedExecutor,
                              SingleThreadedExecutor)
 from rclpy.node import Node
+from robot_dynamics_learning.memory import retain_freed_memory
 
 # Python's default 5 ms GIL switch interval lets one thread (a trainer, a solver, the
 # executor's own wait loop) hold the GIL for 5 ms while a callback thread waits: at
@@ -31,6 +32,7 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     beside a second Python thread in these wheels, so it is not used.
     """
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    retain_freed_memory()
     rclpy.init(args=args)
     node = None
     try:
