@@ -111,13 +111,14 @@ def _windows(x: torch.Tensor, width: int) -> torch.Tensor:
     Return zero-padded shifted copies (B, C, W, m) of x (B, C, m): out[.., o, i] = x[i + o - b].
 
     Offset-major (W, m) layout: the element-wise products then run over contiguous rows of m,
-    about 2.5x faster than over the (m, W) windows of `unfold`.
+    about 2.5x faster than over the (m, W) windows of `unfold`. Copied out of the overlapping
+    strided view: products with the view ran 4-6x slower than with the copy.
     """
     half = (width - 1) // 2
     padded = F.pad(x, (half, half))
     batch_size, channels, m = x.shape
     return padded.as_strided((batch_size, channels, width, m),
-                             (padded.stride(0), padded.stride(1), 1, 1))
+                             (padded.stride(0), padded.stride(1), 1, 1)).contiguous()
 
 
 def _fold(grad: torch.Tensor) -> torch.Tensor:
