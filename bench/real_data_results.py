@@ -64,8 +64,8 @@ KINOVA_MODELS = {
                                               'learn_damping': True, 'learn_friction': True},
                                {'learning_rate': 1e-2, 'max_seconds': 15}),
     'hybrid (identified + LSTM)': ('hybrid', {'urdf': KINOVA_URDF, 'learn_inertia': True,
-                                             'learn_damping': True, 'learn_friction': True,
-                                             'hidden_size': 32},
+                                              'learn_damping': True, 'learn_friction': True,
+                                              'hidden_size': 32},
                                    {'learning_rate': 3e-3, 'max_seconds': 25}),
 }
 FORWARD_MODELS = {
