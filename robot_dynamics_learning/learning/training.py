@@ -13,6 +13,7 @@ import time
 from typing import Dict, List, NamedTuple, Optional
 
 from robot_dynamics_learning.models.base import DynamicsModel, SequenceBatch
+from robot_dynamics_learning.models.common import ModelConfig
 from robot_dynamics_learning.models.gp import ExactGP
 import torch
 from tqdm import tqdm
@@ -29,7 +30,7 @@ def learning_rate_factor(schedule: str, step: int, total_steps: int) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(ModelConfig):
     """
     Optimiser and stopping settings.
 
@@ -66,16 +67,6 @@ class TrainConfig:
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f'TrainConfig.lr_schedule must be one of {list(LR_SCHEDULES)}, '
                              f'got {self.lr_schedule!r}')
-
-    @classmethod
-    def from_dict(cls, values: Optional[Dict]) -> 'TrainConfig':
-        """Build from a dict; unknown keys are a ValueError."""
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f'TrainConfig: unknown key(s) {unknown}; known: {sorted(known)}')
-        return cls(**values)
 
 
 class TrainResult(NamedTuple):

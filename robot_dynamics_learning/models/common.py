@@ -16,7 +16,7 @@ ConfigT = TypeVar('ConfigT', bound='ModelConfig')
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Base of the typed model configs: built from a dict, unknown keys are an error."""
+    """Base of the typed configs (models, training): from a dict, unknown keys are an error."""
 
     @classmethod
     def from_dict(cls: Type[ConfigT], values: Optional[Dict[str, Any]]) -> ConfigT:
