@@ -7,7 +7,7 @@ weights (DESIGN.md): a checkpoint never needs a side file of statistics.
 import dataclasses
 from typing import Any, Dict, Optional, Sequence, Type, TypeVar
 
-from robot_dynamics_learning.models.base import check_finite, SequenceBatch
+from robot_dynamics_learning.models.base import check_finite, DynamicsModel, SequenceBatch
 import torch
 from torch import nn
 
@@ -75,6 +75,30 @@ class Normalizer(nn.Module):
     def denormalize_variance(self, var: torch.Tensor) -> torch.Tensor:
         """Scale a variance in normalised units to physical units."""
         return var * self.std ** 2
+
+
+class InverseModel(DynamicsModel):
+    """
+    Base of the inverse-dynamics models: x_t = [q, qd, qdd] -> tau_t in N m.
+
+    Holds the config, the sizes and the input and torque normalisers (buffers, saved with the
+    weights) and fits both on the training windows.
+    """
+
+    kind = 'inverse'
+    target_convention = 'absolute joint torque tau_t (N m)'
+
+    def __init__(self, config: ModelConfig, n_obs: int, n_act: int, n_target: int) -> None:
+        super().__init__()
+        self.config = config
+        self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
+        self.input_norm = Normalizer(n_obs)
+        self.target_norm = Normalizer(n_target)
+
+    def fit_normalization(self, batch: SequenceBatch) -> None:
+        """Fit input and torque statistics on the training windows."""
+        self.input_norm.fit(batch.observations)
+        self.target_norm.fit(batch.targets)
 
 
 def mlp(n_in: int, hidden: Sequence[int], n_out: int, activation: Type[nn.Module] = nn.ReLU,

@@ -11,8 +11,8 @@ from typing import Optional, Tuple
 
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
-from robot_dynamics_learning.models.common import (check_batch, check_step_input, mlp,
-                                                   ModelConfig, Normalizer)
+from robot_dynamics_learning.models.common import (check_batch, check_step_input,
+                                                   InverseModel, mlp, ModelConfig)
 from robot_dynamics_learning.models.feedback import FeedbackForwardModel
 import torch
 
@@ -36,25 +36,14 @@ class FFNNConfig(ModelConfig):
             raise ValueError(f'FFNNConfig.dropout must be in [0, 1), got {self.dropout}')
 
 
-class FFNNInverse(DynamicsModel):
+class FFNNInverse(InverseModel):
     """Stateless inverse dynamics tau_t = f(x_t); actions are ignored."""
 
-    kind = 'inverse'
     config_class = FFNNConfig
-    target_convention = 'absolute joint torque tau_t (N m)'
 
     def __init__(self, config: FFNNConfig, n_obs: int, n_act: int, n_target: int) -> None:
-        super().__init__()
-        self.config = config
-        self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
-        self.input_norm = Normalizer(n_obs)
-        self.target_norm = Normalizer(n_target)
+        super().__init__(config, n_obs, n_act, n_target)
         self.net = mlp(n_obs, config.hidden, n_target, dropout=config.dropout)
-
-    def fit_normalization(self, batch: SequenceBatch) -> None:
-        """Fit input and torque statistics."""
-        self.input_norm.fit(batch.observations)
-        self.target_norm.fit(batch.targets)
 
     def init_state(self, batch_size: int) -> None:
         """Return None: the model has no state."""

@@ -12,10 +12,9 @@ import dataclasses
 import math
 from typing import Optional, Tuple
 
-from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
-                                                 StepOutput)
-from robot_dynamics_learning.models.common import (check_batch, check_step_input, ModelConfig,
-                                                   Normalizer)
+from robot_dynamics_learning.models.base import Prediction, SequenceBatch, StepOutput
+from robot_dynamics_learning.models.common import (check_batch, check_step_input,
+                                                   InverseModel, ModelConfig)
 import torch
 
 
@@ -56,19 +55,13 @@ def matern52(x1: torch.Tensor, x2: torch.Tensor, lengthscale: torch.Tensor,
     return signal_var[:, None, None] * (1.0 + r + r.pow(2) / 3.0) * torch.exp(-r)
 
 
-class ExactGP(DynamicsModel):
+class ExactGP(InverseModel):
     """Exact GP inverse dynamics x_t -> tau_t; trained by `fit_data`, not by gradient steps."""
 
-    kind = 'inverse'
     config_class = GPConfig
-    target_convention = 'absolute joint torque tau_t (N m)'
 
     def __init__(self, config: GPConfig, n_obs: int, n_act: int, n_target: int) -> None:
-        super().__init__()
-        self.config = config
-        self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
-        self.input_norm = Normalizer(n_obs)
-        self.target_norm = Normalizer(n_target)
+        super().__init__(config, n_obs, n_act, n_target)
         self.register_buffer('log_lengthscale', torch.zeros(n_target, n_obs, dtype=torch.float64))
         self.register_buffer('log_signal_var', torch.zeros(n_target, dtype=torch.float64))
         self.register_buffer('log_noise_var', torch.full((n_target,), -4.0, dtype=torch.float64))
@@ -81,11 +74,6 @@ class ExactGP(DynamicsModel):
             if prefix + name in state_dict:
                 setattr(self, name, torch.empty_like(state_dict[prefix + name]))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    def fit_normalization(self, batch: SequenceBatch) -> None:
-        """Fit input and torque statistics."""
-        self.input_norm.fit(batch.observations)
-        self.target_norm.fit(batch.targets)
 
     def _negative_log_ml(self, x: torch.Tensor, y: torch.Tensor, log_lengthscale: torch.Tensor,
                          log_signal_var: torch.Tensor, log_noise_var: torch.Tensor

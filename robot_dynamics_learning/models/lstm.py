@@ -8,10 +8,9 @@ Streaming `step` carries (h, c) and runs without autograd.
 import dataclasses
 from typing import NamedTuple, Optional, Tuple
 
-from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
-                                                 StepOutput)
-from robot_dynamics_learning.models.common import (check_batch, check_step_input, ModelConfig,
-                                                   Normalizer)
+from robot_dynamics_learning.models.base import Prediction, SequenceBatch, StepOutput
+from robot_dynamics_learning.models.common import (check_batch, check_step_input,
+                                                   InverseModel, ModelConfig)
 import torch
 from torch import nn
 
@@ -37,7 +36,7 @@ class LSTMState(NamedTuple):
     c: torch.Tensor
 
 
-class LSTMInverseDynamics(DynamicsModel):
+class LSTMInverseDynamics(InverseModel):
     """
     Inverse dynamics tau_t = f(x_1..x_t) with an LSTM.
 
@@ -45,23 +44,12 @@ class LSTMInverseDynamics(DynamicsModel):
     actions are ignored (any width): the LSTM does not see the previous torque.
     """
 
-    kind = 'inverse'
     config_class = LSTMConfig
-    target_convention = 'absolute joint torque tau_t (N m)'
 
     def __init__(self, config: LSTMConfig, n_obs: int, n_act: int, n_target: int) -> None:
-        super().__init__()
-        self.config = config
-        self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
-        self.input_norm = Normalizer(n_obs)
-        self.target_norm = Normalizer(n_target)
+        super().__init__(config, n_obs, n_act, n_target)
         self.lstm = nn.LSTM(n_obs, config.hidden_size, config.num_layers, batch_first=True)
         self.head = nn.Linear(config.hidden_size, n_target)
-
-    def fit_normalization(self, batch: SequenceBatch) -> None:
-        """Fit input and torque statistics on the training windows."""
-        self.input_norm.fit(batch.observations)
-        self.target_norm.fit(batch.targets)
 
     def init_state(self, batch_size: int) -> LSTMState:
         """Return zero (h, c) for `batch_size` streams."""
