@@ -390,7 +390,12 @@ def _markdown(results: dict, quick: bool) -> str:
              'same trained ac-RKN through `step` without any measured torque (it feeds back '
              'its own previous prediction). The GP is conditioned on at most 3,000 evenly '
              'subsampled training points; its hyper-parameters come from 40 Adam steps on the '
-             'marginal likelihood of 500 random training points.', '',
+             'marginal likelihood of 500 random training points. The analytic rows use '
+             "`urdf/kinova_gen3.urdf` (Kinova's published kinematics and inertial parameters, "
+             'vision bracelet, no gripper): "rigid body (URDF)" is RNEA with those values; '
+             '"identified" learns every inertia (log-Cholesky, always physical), viscous '
+             'damping and Coulomb friction per joint from the training windows; the hybrid '
+             'adds an LSTM residual on top of the identified model, trained jointly.', '',
              "Two splits: **validation files** (the issue's protocol): train on "
              '`RunTrajectory1.csv` + `RecordTrajectory_quadratic.csv` (6,885 samples), test on '
              '`opti_traj_testing1.csv` + `opti_traj_testing2.csv` (7,033 samples). The test '
