@@ -7,9 +7,11 @@ Accuracy results of the car stack (numbers for docs/results_car.md).
 2. Simulated data: the shipped sim model vs a bicycle fitted to the same data.
 3. The seed's offline scenarios in the simulator (20 starts each) and 3 offline MPC laps.
 Writes bench/results/car_results.json and docs/img/car_scenarios.png, docs/img/car_lap.png.
+`python -m bench.car_results scenarios` reruns only part 3's scenarios and updates the JSON.
 """
 import json
 from pathlib import Path
+import sys
 import time
 
 from robot_dynamics_learning.control.car_training import (car_data, load_car_model,
@@ -53,16 +55,26 @@ def sim_results() -> dict:
     return {'car_mlp_shipped': shipped, 'car_bicycle': bicycle}
 
 
-def main() -> None:
-    """Run all parts, then write the JSON and the plots."""
-    torch.set_num_threads(1)
-    IMG.mkdir(parents=True, exist_ok=True)
-    result = {'threads': 1, 'dart': dart_results(), 'sim': sim_results()}
+def scenario_results() -> list:
+    """Run the three scenarios on the shipped sim model; save the plot."""
     scenarios = run_all(load_car_model(DEFAULT_MODEL), CarParams(), starts=20)
     plot_scenarios(scenarios, IMG / 'car_scenarios.png')
-    result['scenarios'] = [{k: v for k, v in r.items()
-                            if k not in ('controls', 'predicted', 'simulated')}
-                           for r in scenarios]
+    return [{k: v for k, v in r.items() if k not in ('controls', 'predicted', 'simulated')}
+            for r in scenarios]
+
+
+def main() -> None:
+    """Run all parts (or only the scenarios), then write the JSON and the plots."""
+    torch.set_num_threads(1)
+    IMG.mkdir(parents=True, exist_ok=True)
+    if 'scenarios' in sys.argv[1:]:
+        result = json.loads(RESULTS.read_text())
+        result['scenarios'] = scenario_results()
+        RESULTS.write_text(json.dumps(result, indent=2))
+        print(json.dumps(result['scenarios'], indent=2))
+        return
+    result = {'threads': 1, 'dart': dart_results(), 'sim': sim_results()}
+    result['scenarios'] = scenario_results()
     lap = drive_laps(laps=3.0, max_time_s=120.0)
     plot_lap(lap, IMG / 'car_lap.png')
     result['offline_laps'] = {k: v for k, v in lap.items() if k not in ('arrays', 'track')}

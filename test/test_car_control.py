@@ -1,4 +1,5 @@
 """Costs, line-search optimiser, tracks and the track MPC (including a property test)."""
+import copy
 import math
 import time
 
@@ -11,11 +12,28 @@ from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier
                                                    progress_cost, regularizer, target_cost)
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
 from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.control.refine import refine_on_scenarios, REST_S, scenario_drives
+from robot_dynamics_learning.control.scenarios import SCENARIOS
 from robot_dynamics_learning.control.track import load_track_spec, stadium_waypoints, Track, \
     TrackSpec
+from robot_dynamics_learning.models.car_mlp import FusedRollout
 import torch
 
 OVAL = 'config/tracks/oval.yaml'
+
+
+@pytest.fixture(scope='module', autouse=True)
+def one_torch_thread():
+    """
+    Run this module with one intra-op thread, as the car_mpc node does (torch_threads 1).
+
+    With two threads on a loaded 2-core machine the small per-step operations of an MPC
+    solve wait on each other (measured: about 1 s instead of 30-60 ms per solve).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_costs_match_the_seed_equations():
@@ -129,6 +147,25 @@ def test_mpc_command_is_always_finite_and_within_limits(mpc, state):
     assert mpc.config.within_limits(result.command)
 
 
+@pytest.fixture(scope='module')
+def fast_mpc():
+    torch.manual_seed(0)
+    config = MPCConfig(throttle_limits=(0.0, 0.8), steering_limits=(-0.7, 0.7),
+                       budget_s=10.0)
+    mpc = TrackMPC(build_car_model('car_mlp'), Track(load_track_spec(OVAL)), config,
+                   LineSearchOptimizer(OptimizerConfig(iterations=2, candidates=64)))
+    assert mpc.fused is not None  # the MLP runs the fast path (hand-written gradient)
+    return mpc
+
+
+@settings(max_examples=40, deadline=None)
+@given(state=st.lists(anything, min_size=6, max_size=6))
+def test_fast_mpc_command_is_always_finite_and_within_limits(fast_mpc, state):
+    result = fast_mpc.solve(np.array(state))
+    assert result.command.shape == (2,)
+    assert fast_mpc.config.within_limits(result.command)
+
+
 def test_optimiser_skips_an_iteration_that_would_miss_the_deadline():
     def slow_cost(u):
         time.sleep(0.02)
@@ -177,3 +214,103 @@ def test_delay_compensation_rolls_the_committed_command_forward(mpc):
     assert mpc.solve(state, delay_s=0.08).ok
     bad = mpc.solve(state, delay_s=math.nan)
     assert not bad.ok and np.array_equal(bad.command, [0.0, 0.0])
+
+
+@pytest.fixture(scope='module')
+def mlp():
+    torch.manual_seed(3)
+    model = build_car_model('car_mlp').eval()
+    with torch.no_grad():  # non-trivial normalisation, as after fit_normalization
+        model.in_mean.copy_(torch.tensor([1.0, 0.0, 0.2, 0.3, 0.0]))
+        model.in_std.copy_(torch.tensor([0.8, 0.2, 1.5, 0.4, 0.6]))
+        model.out_std.copy_(torch.tensor([0.1, 0.05, 0.2]))
+    return model
+
+
+def test_fused_rollout_computes_the_mlp_velocity_sequence(mlp):
+    fused = FusedRollout(mlp)
+    v0, actions = torch.randn(7, 3), torch.rand(7, 20, 2) * 2 - 1
+    with torch.no_grad():
+        expected = mlp.velocity_sequence(v0, actions)
+        chained = [v0]
+        for i in range(20):
+            chained.append(mlp.velocity_step(chained[-1], actions[:, i]))
+    assert torch.allclose(expected, torch.stack(chained[1:], dim=1), atol=1e-5)
+    for keep in (False, True):
+        assert torch.allclose(fused.velocities(v0, actions, keep=keep).transpose(0, 1),
+                              expected, atol=1e-5)
+    recorded, tape = fused.record(v0, actions)
+    assert torch.allclose(recorded.transpose(0, 1), expected, atol=1e-5)
+    kept, kept_tape = fused.recorded(4)
+    single, single_tape = fused.record(v0[4:5], actions[4:5])
+    assert torch.allclose(kept, single, atol=1e-6)
+    assert torch.allclose(kept_tape, single_tape, atol=1e-6)
+
+
+def test_fused_reverse_pass_matches_autograd(mlp):
+    """The hand-written reverse pass equals autograd through the rollout (float64, 1e-5)."""
+    model = copy.deepcopy(mlp).double()
+    fused = FusedRollout(model)
+    generator = torch.Generator().manual_seed(1)
+    v0 = torch.randn(3, 3, dtype=torch.float64, generator=generator)
+    actions = torch.rand(3, 20, 2, dtype=torch.float64, generator=generator) * 2 - 1
+    weights = torch.randn(3, 20, 3, dtype=torch.float64, generator=generator)
+    v_leaf, a_leaf = v0.clone().requires_grad_(True), actions.clone().requires_grad_(True)
+    loss = (weights * model.velocity_sequence(v_leaf, a_leaf) ** 2).sum()
+    grad_v0, grad_actions = torch.autograd.grad(loss, (v_leaf, a_leaf))
+    velocities, tape = fused.record(v0, actions)
+    mine_v0, mine_actions = fused.backward(tape, 2 * weights.transpose(0, 1) * velocities)
+    scale = float(grad_actions.abs().max())
+    assert scale > 1e-5
+    assert torch.allclose(mine_actions, grad_actions, rtol=0, atol=1e-5 * scale)
+    assert torch.allclose(mine_v0, grad_v0, rtol=0, atol=1e-5 * float(grad_v0.abs().max()))
+
+
+def test_fast_mpc_cost_and_gradient_match_the_autograd_path(mlp):
+    track = Track(load_track_spec(OVAL))
+    fast = TrackMPC(mlp, track, MPCConfig(budget_s=10.0))
+    reference = TrackMPC(mlp, track, MPCConfig(budget_s=10.0, fast=False))
+    assert fast.fused is not None and reference.fused is None
+    x, y, yaw = track.pose_at(2.0)
+    state = np.array([x, y, yaw, 1.2, 0.1, 0.3])
+    cost_fn, grad_fn = fast.fast_closures(state)
+    reference_fn = reference.cost_closure(state)
+    u = fast.warm_start() + 0.2 * torch.randn(20, 2)
+    variable = u.clone().requires_grad_(True)
+    value = reference_fn(variable.unsqueeze(0))[0]
+    (expected,) = torch.autograd.grad(value, variable)
+    cost, grad = grad_fn(u, None)
+    assert cost == pytest.approx(float(value.detach()), rel=1e-4, abs=1e-3)
+    assert torch.allclose(grad, expected, rtol=0, atol=1e-4 * float(expected.abs().max()))
+    batch = u.unsqueeze(0) + 0.1 * torch.randn(16, 20, 2)
+    with torch.inference_mode():
+        costs = cost_fn(batch).clone()
+    with torch.no_grad():
+        assert torch.allclose(costs, reference_fn(batch), rtol=1e-4, atol=1e-3)
+    hinted_cost, hinted = grad_fn(batch[5], 5)  # reuses the line search's forward pass
+    direct_cost, direct = grad_fn(batch[5], None)
+    assert hinted_cost == pytest.approx(direct_cost, rel=1e-6, abs=1e-6)
+    assert torch.allclose(hinted, direct, atol=1e-6 * float(direct.abs().max()))
+    result = fast.solve(state)
+    assert result.ok and result.iterations >= 1 and result.cost < float(value.detach()) + 1e3
+
+
+def test_scenario_refinement_records_plans_and_fine_tunes(mlp):
+    model = copy.deepcopy(mlp)
+    scenario = SCENARIOS[0]
+    drives = scenario_drives(model, scenario, 2, np.random.default_rng(0), iterations=2)
+    assert len(drives) == 2
+    rest = int(round(REST_S / model.h))
+    # each run: rest, the plan (the first run without noise), rest, at the mocap rate
+    duration = (scenario.steps + 2 * rest) * model.h
+    assert drives[0].time[-1] == pytest.approx(duration, abs=0.05)
+    assert not np.allclose(drives[0].actions[:100], drives[1].actions[:100]) or \
+        len(drives[0].time) != len(drives[1].time)
+    before = [p.detach().clone() for p in model.parameters()]
+    history = refine_on_scenarios(model, rounds=1, runs=1, random_minutes=0.5, epochs=1,
+                                  iterations=2, scenarios=(scenario,), test_seconds=40.0,
+                                  log=lambda _: None)
+    assert len(history) == 2 and all(math.isfinite(h['position_error_m']) for h in history)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    with pytest.raises(ValueError, match='rounds'):
+        refine_on_scenarios(model, rounds=0)

@@ -3,6 +3,7 @@
 
     rdl car train --source sim --minutes 15 --epochs 150 --out car_mlp_sim.pt
     rdl car train --source dart --model car_bicycle --epochs 20 --out bicycle_dart.pt
+    rdl car refine --checkpoint config/models/car_mlp_sim.pt --out car_mlp_sim_refined.pt
     rdl car scenarios --checkpoint config/models/car_mlp_sim.pt --out results/
     rdl car lap --laps 1 --out results/
 """
@@ -15,6 +16,7 @@ from robot_dynamics_learning.control.car_training import (car_data, CAR_MODEL_TY
                                                           train_car)
 from robot_dynamics_learning.control.demo_lap import (DEFAULT_MODEL, DEFAULT_TRACK, drive_laps,
                                                       plot_lap)
+from robot_dynamics_learning.control.refine import refine_on_scenarios
 from robot_dynamics_learning.control.scenarios import plot_scenarios, run_all
 from robot_dynamics_learning.sim.car import CarParams
 import torch
@@ -37,6 +39,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument('--threads', type=int, default=1, help='torch threads')
     train.add_argument('--out', type=Path, required=True, help='checkpoint to write')
     train.set_defaults(func=_train)
+
+    refine = commands.add_parser('refine', help='fine-tune a car model on simulated runs of '
+                                 'the scenario plans (control/refine.py)')
+    refine.add_argument('--checkpoint', type=Path, default=DEFAULT_MODEL)
+    refine.add_argument('--rounds', type=int, default=3)
+    refine.add_argument('--runs', type=int, default=10, help='simulated runs per scenario')
+    refine.add_argument('--epochs', type=int, default=15, help='fine-tuning epochs per round')
+    refine.add_argument('--out', type=Path, required=True, help='checkpoint to write')
+    refine.set_defaults(func=_refine)
 
     scenarios = commands.add_parser('scenarios', help="the seed's offline scenarios")
     scenarios.add_argument('--checkpoint', type=Path, default=DEFAULT_MODEL)
@@ -62,6 +73,17 @@ def _train(args: argparse.Namespace) -> int:
     save_car_model(args.out, model, {'source': args.source, 'epochs': args.epochs,
                                      'minutes': args.minutes, 'test_metrics': metrics})
     print(json.dumps({'checkpoint': str(args.out), **metrics}, indent=2))
+    return 0
+
+
+def _refine(args: argparse.Namespace) -> int:
+    torch.set_num_threads(1)
+    model = load_car_model(args.checkpoint)
+    history = refine_on_scenarios(model, args.rounds, args.runs, epochs=args.epochs)
+    save_car_model(args.out, model, {'source': f'{args.checkpoint} refined on scenario runs',
+                                     'rounds': args.rounds, 'test_metrics': history[-1]})
+    print(json.dumps({'checkpoint': str(args.out), 'before': history[0],
+                      'after': history[-1]}, indent=2))
     return 0
 
 

@@ -3,10 +3,15 @@ Receding-horizon MPC around a race track through a learned car model (seed 003, 
 
 Each tick: warm start from the previous plan shifted by one step, optimise the H-step
 controls with `LineSearchOptimizer` on progress, speed, track-excursion, regulariser and
-limit-barrier costs evaluated through `model.rollout`, and return the first command clipped
-to the hard limits. The wrapper owns horizon, bounds, warm start and failure handling: a
-non-finite state, a failed optimisation or a non-finite command gives the brake command with
-the reason, and a solve over its time budget is flagged (`ok` False) so that the caller brakes.
+limit-barrier costs evaluated through the model's rollout, and return the first command
+clipped to the hard limits. With the seed's MLP (`CarMLP`) the solver runs the fast path:
+`FusedRollout` evaluates the 512 line-search candidates without autograd in reused buffers
+and gives the gradient by its hand-written reverse pass (only the track costs after the
+velocity recurrence go through autograd, at batch 1); other models, `fast=False` and
+`compiled` use autograd through the whole rollout (the reference path). The wrapper owns
+horizon, bounds, warm start and failure handling: a non-finite state, a failed optimisation
+or a non-finite command gives the brake command with the reason, and a solve over its time
+budget is flagged (`ok` False) so that the caller brakes.
 """
 from dataclasses import dataclass
 import math
@@ -18,7 +23,8 @@ from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier
                                                    progress_cost, regularizer)
 from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
 from robot_dynamics_learning.control.track import Track
-from robot_dynamics_learning.models.car_common import CarModel
+from robot_dynamics_learning.models.car_common import CarModel, integrate_poses
+from robot_dynamics_learning.models.car_mlp import CarMLP, FusedRollout
 import torch
 
 
@@ -30,8 +36,9 @@ class MPCConfig:
     throttle_limits, steering_limits: hard command bounds (the barrier keeps the plan inside,
     the output is clipped); brake_command: sent on any failure; budget_s: compute budget of
     one tick; max_speed: bounds the track window searched for projections; compiled: run the
-    cost through torch.compile (2-3x faster per iteration; the first solve compiles for
-    a minute or more, later processes reuse the inductor cache).
+    cost through torch.compile (the first solve compiles for a minute or more and needs a C++
+    toolchain; autograd path); fast: use `FusedRollout` (hand-written gradient) when the
+    model is a `CarMLP`.
     """
 
     horizon: int = 20
@@ -51,6 +58,7 @@ class MPCConfig:
     max_speed: float = 4.0
     initial_throttle: float = 0.3
     compiled: bool = False
+    fast: bool = True
 
     def __post_init__(self) -> None:
         """Validate every value, naming the bad one."""
@@ -120,6 +128,18 @@ class TrackMPC:
         self._previous = torch.zeros(2)
         self._cost_impl = (torch.compile(self._cost, dynamic=False) if config.compiled
                            else self._cost)
+        self.fused: Optional[FusedRollout] = None
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """(Re)build the fast path from the model's current weights."""
+        self.fused = (FusedRollout(self.model) if self.config.fast and not self.config.compiled
+                      and isinstance(self.model, CarMLP) else None)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load new model weights (e.g. from the online learner) and rebuild the fast path."""
+        self.model.load_state_dict(state)
+        self._refresh()
 
     def reset(self) -> None:
         """Forget the warm start (e.g. after the car was stopped or moved)."""
@@ -138,24 +158,71 @@ class TrackMPC:
               previous: torch.Tensor, points: torch.Tensor, tangents: torch.Tensor,
               lengths: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """Track cost (K,) of (K, H, 2) controls from (1, 6) x0; every tick input is an arg."""
+        velocities = self.model.velocity_sequence(x0[:, 3:].expand(u.shape[0], 3), u)
+        return self._track_cost(velocities, u, x0, s0, previous,
+                                (points, tangents, lengths, offsets))
+
+    def _track_cost(self, velocities: torch.Tensor, u: torch.Tensor, x0: torch.Tensor,
+                    s0: torch.Tensor, previous: torch.Tensor, window: tuple) -> torch.Tensor:
+        """Cost (K,) of (K, H, 3) predicted body velocities under (K, H, 2) controls."""
         cfg = self.config
-        states = self.model.rollout(x0.expand(u.shape[0], 6), u).mean
-        s, lateral = Track.project(states[..., :2], (points, tangents, lengths, offsets))
-        return (progress_cost(s[:, -1] - s0, states[..., 3], cfg.target_speed,
+        batch = u.shape[0]
+        poses = integrate_poses(x0[:, :3].expand(batch, 3), x0[:, 3:].expand(batch, 3),
+                                velocities, self.model.h)
+        s, lateral = Track.project(poses[..., :2], window)
+        return (progress_cost(s[:, -1] - s0, velocities[..., 0], cfg.target_speed,
                               cfg.progress_weight, cfg.speed_weight)
                 + excursion_cost(lateral, self.track.half_width, cfg.track_margin,
                                  cfg.excursion_weight, cfg.centre_weight)
                 + regularizer(u, previous, cfg.magnitude_weight, cfg.rate_weight)
                 + limit_barrier(u, self.lower, self.upper, cfg.barrier_weight))
 
-    def cost_closure(self, state: np.ndarray) -> Callable[[torch.Tensor], torch.Tensor]:
-        """Build cost_fn(u (K, H, 2)) -> (K,) for the current (6,) state."""
+    def _tick_inputs(self, state: np.ndarray) -> tuple:
+        """(x0 (1, 6), s0 (1,), previous command (2,), track window) of one tick."""
         x0 = torch.as_tensor(state, dtype=torch.float32).view(1, 6)
         first = self.track.nearest_segment(state[:2]) - self.window_back
         window = self.track.window_tensors(first, self.window_size)
         s0, _ = Track.project(x0[:, :2], window)
-        previous = self._previous.clone()
+        return x0, s0, self._previous.clone(), window
+
+    def cost_closure(self, state: np.ndarray) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Build cost_fn(u (K, H, 2)) -> (K,) for the current (6,) state (autograd path)."""
+        x0, s0, previous, window = self._tick_inputs(state)
         return lambda u: self._cost_impl(u, x0, s0, previous, *window)
+
+    def fast_closures(self, state: np.ndarray) -> Tuple[Callable, Callable]:
+        """
+        Build (cost_fn, grad_fn) of the fast path for the current (6,) state.
+
+        cost_fn(u (K, H, 2)) -> (K,) without a gradient (the line search; it keeps the
+        forward pass); grad_fn(u (H, 2), hint) -> (cost, dcost/du (H, 2)): the track costs
+        are differentiated by autograd with respect to the predicted velocities and u, the
+        velocity recurrence by `FusedRollout.backward`, from the kept forward pass of line
+        search entry `hint` when given (no second forward pass).
+        """
+        x0, s0, previous, window = self._tick_inputs(state)
+        fused = self.fused
+
+        def cost_fn(u: torch.Tensor) -> torch.Tensor:
+            velocities = fused.velocities(x0[:, 3:].expand(u.shape[0], 3), u, keep=True)
+            return self._track_cost(velocities.transpose(0, 1), u, x0, s0, previous, window)
+
+        def grad_fn(u: torch.Tensor, hint: Optional[int] = None) -> Tuple[float, torch.Tensor]:
+            if hint is None:
+                velocities, tape = fused.record(x0[:, 3:], u.unsqueeze(0))
+            else:
+                velocities, tape = fused.recorded(hint)
+            velocities.requires_grad_(True)
+            controls = u.detach().unsqueeze(0).requires_grad_(True)
+            with torch.enable_grad():
+                cost = self._track_cost(velocities.transpose(0, 1), controls, x0, s0,
+                                        previous, window)[0]
+                if not torch.isfinite(cost):
+                    return float(cost), torch.full_like(u, math.nan)
+                grad_velocities, grad_u = torch.autograd.grad(cost, (velocities, controls))
+            _, grad_actions = fused.backward(tape, grad_velocities)
+            return float(cost.detach()), (grad_u + grad_actions)[0]
+        return cost_fn, grad_fn
 
     def warm_up(self) -> float:
         """Run one solve from the track start (compiles when config.compiled); return s."""
@@ -210,9 +277,13 @@ class TrackMPC:
             return self._brake('bad_state', time.perf_counter() - start)
         try:
             state = self.predict_ahead(state, delay_s)
-            cost_fn = self.cost_closure(state)
+            if self.fused is not None:
+                cost_fn, grad_fn = self.fast_closures(state)
+            else:
+                cost_fn, grad_fn = self.cost_closure(state), None
             plan, info = self.optimizer.optimize(cost_fn, self.warm_start(), iterations,
-                                                 deadline=start + 0.7 * budget)
+                                                 deadline=start + 0.7 * budget,
+                                                 grad_fn=grad_fn)
             with torch.no_grad():
                 predicted = self.model.rollout(
                     torch.as_tensor(state, dtype=torch.float32).view(1, 6),

@@ -4,8 +4,12 @@ Gradient descent with a batched line search (seed 003, Sec. III-C).
 The optimiser only sees a cost closure: cost_fn(u) maps (K, H, m) control sequences to (K,)
 costs. Each iteration takes dl/du by reverse-mode autodiff through the closure (for a rollout
 this equals the seed's implicit-function form, Eq. 7-9: backpropagation solves the same block
-triangular system), then evaluates u - alpha * d for `candidates` step sizes alpha spaced
-logarithmically in [min_step, max_step] in one batch and keeps the cheapest.
+triangular system) or from a given grad_fn(u (H, m), hint) -> (cost, dl/du (H, m)) (the
+MPC's hand-written reverse pass; hint is the index of u in the last batch given to cost_fn,
+None when u did not come from it, so that a closure that kept that forward pass can reuse
+it), then evaluates u - alpha * d for `candidates` step sizes alpha
+spaced logarithmically in [min_step, max_step] in one batch (inference mode, one reused
+candidate buffer) and keeps the cheapest.
 Deviation from the seed: the direction d is the gradient scaled to a largest entry of
 `step_scale` (control units), so the step-size range means the same for every cost scale.
 """
@@ -17,6 +21,7 @@ from typing import Callable, NamedTuple, Optional, Tuple
 import torch
 
 CostFn = Callable[[torch.Tensor], torch.Tensor]
+GradFn = Callable[[torch.Tensor, Optional[int]], Tuple[float, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -66,12 +71,17 @@ class LineSearchOptimizer:
         self.config = config
         self.steps = torch.logspace(math.log10(config.min_step), math.log10(config.max_step),
                                     config.candidates).view(-1, 1, 1)
+        self._candidates: Optional[torch.Tensor] = None
 
     def optimize(self, cost_fn: CostFn, u_init: torch.Tensor,
                  iterations: Optional[int] = None,
-                 deadline: Optional[float] = None) -> Tuple[torch.Tensor, OptimizeInfo]:
+                 deadline: Optional[float] = None, grad_fn: Optional[GradFn] = None
+                 ) -> Tuple[torch.Tensor, OptimizeInfo]:
         """
         Minimise cost_fn from (H, m) u_init; return the best (H, m) controls and info.
+
+        grad_fn(u, hint) -> (cost of u, dl/du), when given, replaces autodiff through
+        cost_fn (see the module docstring for hint).
 
         deadline (time.perf_counter() seconds), when given, skips an iteration that would end
         after it, judged by the slowest one so far (at least one always runs). A non-finite
@@ -84,11 +94,12 @@ class LineSearchOptimizer:
         done = 0
         converged = False
         slowest = 0.0
+        hint = None
         while done < count and not converged:
             began = time.perf_counter()
             if done and deadline is not None and began + slowest > deadline:
                 break
-            u, new_cost, current = self._iterate(cost_fn, u, first=not done)
+            u, new_cost, current, hint = self._iterate(cost_fn, u, not done, grad_fn, hint)
             if not done:  # the first gradient pass also gives the initial cost
                 initial = cost = current
             slowest = max(slowest, time.perf_counter() - began)
@@ -97,32 +108,45 @@ class LineSearchOptimizer:
             done += 1
         return u, OptimizeInfo(initial, cost, done, converged, time.perf_counter() - start)
 
-    def _iterate(self, cost_fn: CostFn, u: torch.Tensor, first: bool = False
-                 ) -> Tuple[torch.Tensor, float, float]:
+    def _iterate(self, cost_fn: CostFn, u: torch.Tensor, first: bool = False,
+                 grad_fn: Optional[GradFn] = None, hint: Optional[int] = None
+                 ) -> Tuple[torch.Tensor, float, float, Optional[int]]:
         """
         One gradient step with the batched line search.
 
-        Returns (new controls, their cost, the cost of u); on the first iteration a
-        non-finite cost of u is a ValueError.
+        Returns (new controls, their cost, the cost of u, the new controls' index in the
+        line-search batch or None when u was kept); on the first iteration a non-finite cost
+        of u is a ValueError.
         """
-        variable = u.clone().requires_grad_(True)
-        value = cost_fn(variable.unsqueeze(0))[0]
-        current = float(value.detach())
+        if grad_fn is not None:
+            current, grad = grad_fn(u, hint)
+        else:
+            variable = u.clone().requires_grad_(True)
+            value = cost_fn(variable.unsqueeze(0))[0]
+            current = float(value.detach())
         if first and not math.isfinite(current):
             raise ValueError(f'cost of the initial controls is not finite ({current})')
-        (grad,) = torch.autograd.grad(value, variable)
+        if grad_fn is None:
+            (grad,) = torch.autograd.grad(value, variable)
         if not bool(torch.isfinite(grad).all()):
             raise ValueError('cost gradient contains NaN or inf')
         scale = float(grad.abs().max())
         if scale == 0.0:
-            return u, current, current
+            return u, current, current, None
         direction = grad * (self.config.step_scale / scale)
+        candidates = self._buffer(u.shape)
         with torch.inference_mode():
-            candidates = u.unsqueeze(0) - self.steps * direction.unsqueeze(0)
+            torch.sub(u.unsqueeze(0), self.steps * direction.unsqueeze(0), out=candidates)
             costs = cost_fn(candidates)
             costs = torch.where(torch.isfinite(costs), costs, torch.full_like(costs, math.inf))
             best = int(torch.argmin(costs))
             best_cost = float(costs[best])
         if best_cost < current:
-            return candidates[best], best_cost, current
-        return u, current, current
+            return candidates[best].clone(), best_cost, current, best
+        return u, current, current, None
+
+    def _buffer(self, shape: torch.Size) -> torch.Tensor:
+        """Return the (candidates, H, m) line-search buffer, reused while H and m stay."""
+        if self._candidates is None or self._candidates.shape[1:] != shape:
+            self._candidates = torch.empty(self.config.candidates, *shape)
+        return self._candidates

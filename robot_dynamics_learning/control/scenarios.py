@@ -56,8 +56,8 @@ SCENARIO_BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
 
 def optimise_scenario(model: CarModel, scenario: Scenario, iterations: int = 300,
                       weights: Tuple[float, float, float] = (10.0, 10.0, 1.0),
-                      limits: Tuple[float, float] = (-1.0, 1.0)
-                      ) -> Tuple[np.ndarray, Dict[str, float]]:
+                      limits: Tuple[float, float] = (-1.0, 1.0), magnitude: float = 0.01,
+                      rate: float = 0.1) -> Tuple[np.ndarray, Dict[str, float]]:
     """Optimise (steps, 2) controls for a scenario on the model; return them and info."""
     x0 = torch.zeros(1, 6)
     lower = torch.full((2,), limits[0])
@@ -70,7 +70,7 @@ def optimise_scenario(model: CarModel, scenario: Scenario, iterations: int = 300
         states = model.rollout(x0.expand(u.shape[0], 6), u).mean
         rest = scenario.rest_weight * (states[:, -1, 3:] ** 2).sum(-1)
         return (100.0 * target_cost(states, targets, weights) + 100.0 * rest
-                + regularizer(u, None, 0.01, 0.1) + limit_barrier(u, lower, upper, 1000.0))
+                + regularizer(u, None, magnitude, rate) + limit_barrier(u, lower, upper, 1000.0))
 
     u_init = torch.zeros(scenario.steps, 2)
     u_init[:, 0] = scenario.initial_throttle
@@ -79,9 +79,9 @@ def optimise_scenario(model: CarModel, scenario: Scenario, iterations: int = 300
     return u.clamp(lower, upper).numpy().astype(np.float64), info._asdict()
 
 
-def _perturbed_run(rng: np.random.Generator, params: CarParams, position_std: float,
-                   yaw_std: float, friction_spread: float, speed_spread: float
-                   ) -> Tuple[np.ndarray, CarParams]:
+def perturbed_run(rng: np.random.Generator, params: CarParams, position_std: float,
+                  yaw_std: float, friction_spread: float, speed_spread: float
+                  ) -> Tuple[np.ndarray, CarParams]:
     """Draw one run's (6,) start state and simulator parameters."""
     start = np.zeros(6)
     start[:3] = rng.normal(0.0, [position_std, position_std, yaw_std])
@@ -119,8 +119,8 @@ def run_scenario(model: CarModel, scenario: Scenario, params: CarParams, starts:
         if run == 0:
             start, run_params = np.zeros(6), params
         else:
-            start, run_params = _perturbed_run(rng, params, position_std, yaw_std,
-                                               friction_spread, speed_spread)
+            start, run_params = perturbed_run(rng, params, position_std, yaw_std,
+                                              friction_spread, speed_spread)
         states = simulate(start[None], controls[None], run_params, model.h)[0]
         goal = _to_world(start, final)
         errors.append(float(np.hypot(*(states[-1, :2] - goal[:2]))))

@@ -9,15 +9,19 @@ left; the inverse of data/messages.CommandMapping), plus, with publish_gz_cmd, `
 (Twist: linear.x speed in m/s, angular.z yaw rate in rad/s from the plan's first predicted
 step) for Gazebo's AckermannSteering.
 Safety: the solver timer runs at rate_hz in a mutually exclusive callback group; a watchdog
-(100 Hz, own group) sends the brake command as soon as no state arrived for stale_timeout_s,
-and a tick whose solve misses budget_s, fails, or finds the state stale sends the brake too.
-Counters (commands, brake_stale, brake_budget, brake_failure) and solve-time percentiles go to
-/diagnostics twice a second.
+(100 Hz, own group) sends the brake command as soon as the newest complete state (pose and
+twist with the same stamp) is older than stale_timeout_s, judged by its header stamp against
+the node clock (sim time with use_sim_time), not by when it was received: a late-delivered old
+state stays stale. A state whose stamp is not newer than the last one is dropped and counted,
+one stamped more than stale_timeout_s in the future too, and after a brake the node only
+drives again from a state stamped after the one the brake was judged on. A tick whose solve
+misses budget_s, fails, or finds the state stale sends the brake too.
+Counters (commands, brake_*, rejected_*) and solve-time percentiles go to /diagnostics twice
+a second.
 """
 import functools
 from pathlib import Path
 import threading
-import time
 from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -110,10 +114,13 @@ class CarMPCNode(Node):
         self._solve_lock = threading.Lock()
         self._pose: Optional[tuple] = None
         self._twist: Optional[tuple] = None
-        self._last_state_time = -float('inf')
+        self._state: Optional[tuple] = None  # newest complete (stamp_ns, (6,) state)
+        self._brake_stamp = -1  # stamp of the state the last brake was judged on
         self._braking = False
         self.counts = {'ticks': 0, 'commands': 0, 'brake_stale': 0, 'brake_budget': 0,
-                       'brake_failure': 0, 'model_reloads': 0}
+                       'brake_failure': 0, 'model_reloads': 0, 'rejected_out_of_order': 0,
+                       'rejected_future_stamp': 0, 'rejected_non_finite': 0,
+                       'skipped_after_brake': 0}
         self.solve_times = []
         self.delays = []
         self.pub_command = self.create_publisher(Twist, 'command', 10)
@@ -150,7 +157,7 @@ class CarMPCNode(Node):
             self.get_logger().error(f'kept the current model: {error}')
             return
         with self._solve_lock:
-            self.mpc.model.load_state_dict(model.state_dict())
+            self.mpc.load_state_dict(model.state_dict())
         self.model_path = paths[-1]
         self.counts['model_reloads'] += 1
         self.get_logger().info(f'loaded car model {paths[-1]}')
@@ -159,28 +166,53 @@ class CarMPCNode(Node):
         q = msg.pose.orientation
         yaw = float(np.arctan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y ** 2 + q.z ** 2)))
         values = (msg.pose.position.x, msg.pose.position.y, yaw)
-        if not np.all(np.isfinite(values)):
-            return
         with self._lock:
-            self._pose = (stamp_to_ns(msg.header.stamp), values)
-            self._mark_fresh()
+            if self._accept(msg.header.stamp, values, self._pose):
+                self._pose = (stamp_to_ns(msg.header.stamp), values)
+                self._combine()
 
     def _on_twist(self, msg: TwistStamped) -> None:
         values = (msg.twist.linear.x, msg.twist.linear.y, msg.twist.angular.z)
-        if not np.all(np.isfinite(values)):
-            return
         with self._lock:
-            self._twist = (stamp_to_ns(msg.header.stamp), values)
-            self._mark_fresh()
+            if self._accept(msg.header.stamp, values, self._twist):
+                self._twist = (stamp_to_ns(msg.header.stamp), values)
+                self._combine()
 
-    def _mark_fresh(self) -> None:
-        """Mark the state fresh when pose and twist share a stamp (call with the lock held)."""
+    def _accept(self, stamp, values: tuple, last: Optional[tuple]) -> bool:
+        """
+        Check one input (call with the lock held); count and log why it is dropped.
+
+        Dropped: non-finite values, a stamp not newer than the last message of the same topic
+        (out of order or repeated), a stamp more than stale_timeout_s ahead of the node clock
+        (it would keep the state fresh after the source stopped).
+        """
+        stamp_ns = stamp_to_ns(stamp)
+        if not np.all(np.isfinite(values)):
+            reason = 'non_finite'
+        elif last is not None and stamp_ns <= last[0]:
+            reason = 'out_of_order'
+        elif stamp_ns - self._now_ns() > self.stale_timeout * 1e9:
+            reason = 'future_stamp'
+        else:
+            return True
+        self.counts[f'rejected_{reason}'] += 1
+        self.get_logger().warn(f'dropped a state message: {reason} (stamp {stamp_ns} ns)',
+                               throttle_duration_sec=2.0)
+        return False
+
+    def _combine(self) -> None:
+        """Form the complete state when pose and twist share a stamp (lock held)."""
         if self._pose is not None and self._twist is not None \
                 and self._pose[0] == self._twist[0]:
-            self._last_state_time = time.monotonic()
+            self._state = (self._pose[0], np.array([*self._pose[1], *self._twist[1]]))
+
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
 
     def _stale(self) -> bool:
-        return time.monotonic() - self._last_state_time > self.stale_timeout
+        """Return True without a complete state stamped within stale_timeout_s of now."""
+        return self._state is None or \
+            self._now_ns() - self._state[0] > self.stale_timeout * 1e9
 
     def _publish_brake(self, reason: str) -> None:
         """Publish the brake command and count why (call with the lock held)."""
@@ -188,6 +220,7 @@ class CarMPCNode(Node):
         if not self._braking:
             self.get_logger().warn(f'braking: {reason}')
         self._braking = True
+        self._brake_stamp = -1 if self._state is None else self._state[0]
         self.mpc.reset()
         brake = CarCommand(None, *self.config.brake_command)
         self.pub_command.publish(twist_msg(brake, self.mapping))
@@ -205,8 +238,10 @@ class CarMPCNode(Node):
             if self._stale():
                 self._publish_brake('stale')
                 return
-            state = np.array([*self._pose[1], *self._twist[1]])
-            stamp_ns = self._pose[0]
+            stamp_ns, state = self._state
+            if stamp_ns <= self._brake_stamp:  # braked on this state: wait for a newer one
+                self.counts['skipped_after_brake'] += 1
+                return
         delay = self._expected_delay(stamp_ns) if self.delay_compensation else 0.0
         with self._solve_lock:
             result = self.mpc.solve(state, delay_s=delay)
@@ -215,6 +250,9 @@ class CarMPCNode(Node):
         with self._lock:
             if self._stale():
                 self._publish_brake('stale')
+            elif stamp_ns <= self._brake_stamp:  # a brake came during the solve
+                self.counts['skipped_after_brake'] += 1
+                self.mpc.reset()  # the solve stored its plan after the brake's reset
             elif not result.ok:
                 self._publish_brake('budget' if result.reason == 'budget' else 'failure')
                 if result.reason != 'budget':
@@ -238,7 +276,7 @@ class CarMPCNode(Node):
         The state's age on the node clock (the stamps are the mocap clock; equal clocks are
         assumed) plus the median of the recent solve times plus actuation_delay_s.
         """
-        age = (self.get_clock().now().nanoseconds - stamp_ns) * 1e-9
+        age = (self._now_ns() - stamp_ns) * 1e-9
         age = min(max(age, 0.0), self.stale_timeout)
         recent = self.solve_times[-20:]
         solve = float(np.median(recent)) if recent else self.config.budget_s
