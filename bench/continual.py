@@ -19,7 +19,7 @@ their own processes, a probe node here; share of accepted messages with a predic
 end-to-end latency (input stamp to prediction received by the probe), resident memory
 growth of the learner.
 
-    .venv/bin/python -m bench.continual [--models lstm hybrid] [--live 60] [--quick]
+    .venv/bin/python -m bench.continual [--models hybrid lstm] [--live 60|600] [--quick]
 
 Writes bench/results/continual.json and docs/img/continual_*.png; node logs, the Kinova bag
 (derived from the shared data, so never in git) and records go to out/bench_continual/. The
@@ -171,20 +171,22 @@ def plot(data: dict, curves: Dict[str, np.ndarray], changes: List[float], path: 
     plt.close(figure)
 
 
-def live(seconds: float, urdf: str) -> dict:
-    """Run arm_sim + dynamics_learner over DDS; measure coverage, latency and memory."""
+def live(seconds: float, urdf: str, model: str) -> dict:
+    """Run arm_sim + dynamics_learner (`model`) over DDS; measure coverage, latency, memory."""
     import psutil
     sys.path.insert(0, str(ROOT / 'test'))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
     from diagnostic_msgs.msg import DiagnosticArray
-    from rclpy.qos import qos_profile_sensor_data
+    from rclpy.qos import qos_profile_sensor_data, QoSProfile
     from ros_util import start_node, stop_node, TestNode, wait_for
     from sensor_msgs.msg import JointState
 
+    load_start = os.getloadavg()
     log = SCRATCH / 'live'
     log.mkdir(parents=True, exist_ok=True)
-    learner = start_node('dynamics_learner', {'diagnostics_period_s': 1.0},
+    learner = start_node('dynamics_learner', {'diagnostics_period_s': 1.0, 'model': model,
+                                              'urdf': urdf},
                          log_path=log / 'learner.log')
     received, diagnostics, memory = [], {}, []
     try:
@@ -197,16 +199,29 @@ def live(seconds: float, urdf: str) -> dict:
                 for status in msg.status:
                     if status.name.startswith('dynamics_learner'):
                         diagnostics.update({kv.key: kv.value for kv in status.values})
+            # Best effort like a controller would use, but deep enough that the probe itself
+            # (a Python node on the same cores) does not drop what the learner published.
+            probe_qos = QoSProfile(depth=1000, reliability=qos_profile_sensor_data.reliability,
+                                   durability=qos_profile_sensor_data.durability)
             probe.node.create_subscription(JointState, '/dynamics_learner/predicted_torques',
-                                           on_prediction, qos_profile_sensor_data)
+                                           on_prediction, probe_qos)
             probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
             wait_for(lambda: diagnostics, 60)
             params = {'duration_s': seconds, **({'urdf': urdf} if urdf else {})}
             sim = start_node('arm_sim', params, log_path=log / 'arm_sim.log')
             process = psutil.Process(learner.pid)
             started = time.monotonic()
+            last_count, last_change = None, started
+            # arm_sim stays up after its duration: stop once the simulated time has passed and
+            # the learner has not accepted a message for 3 s (or after 3x the time).
             while sim.poll() is None and time.monotonic() - started < seconds * 3 + 30:
-                memory.append((time.monotonic() - started, process.memory_info().rss))
+                now = time.monotonic()
+                memory.append((now - started, process.memory_info().rss))
+                count = diagnostics.get('messages_accepted')
+                if count != last_count:
+                    last_count, last_change = count, now
+                elif now - started > seconds and now - last_change > 3.0:
+                    break
                 time.sleep(1.0)
             time.sleep(2.0)
             stop_node(sim)
@@ -228,7 +243,7 @@ def live(seconds: float, urdf: str) -> dict:
         'rss_mb_end': float(settled[-1]) if settled.size else None,
         'rss_growth_mb': float(settled[-1] - settled[0]) if settled.size else None,
         'train_steps': diagnostics.get('train_steps'),
-        'load_average': os.getloadavg(),
+        'model': model, 'load_average_start': load_start, 'load_average': os.getloadavg(),
     }
 
 
@@ -314,18 +329,21 @@ def kinova(rate: float) -> dict:
 def main(argv=None) -> None:
     """Run the offline replay (and the live run) and write results."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
-    parser.add_argument('--models', nargs='*', default=['lstm'],
-                        help='model types (unregistered ones are skipped with a note)')
+    parser.add_argument('--models', nargs='*', default=['hybrid', 'lstm'],
+                        help='model types of the offline replay (unregistered ones are skipped '
+                        'with a note; none: skip it)')
+    parser.add_argument('--live-model', default='hybrid', help='model of the live run')
     parser.add_argument('--live', type=float, default=60.0,
-                        help='seconds of the live DDS run (0: skip)')
+                        help='seconds of the live DDS run (0: skip; 600 for the 10-minute '
+                        'memory-growth check)')
     parser.add_argument('--quick', action='store_true', help='shorter stream (smoke test)')
     parser.add_argument('--kinova', type=int, default=1,
                         help='1: also play the Kinova recordings through the nodes')
     parser.add_argument('--kinova-rate', type=float, default=0.5,
                         help='bag playback speed for the Kinova run')
     parser.add_argument('--urdf', default='', help="arm URDF ('' = urdf/panda.urdf)")
-    parser.add_argument('--updates-per-sample', type=float, default=0.1)
-    parser.add_argument('--recent-fraction', type=float, default=0.8)
+    parser.add_argument('--updates-per-sample', type=float, default=0.05)
+    parser.add_argument('--recent-fraction', type=float, default=0.5)
     parser.add_argument('--period', type=float, default=10.0,
                         help='seconds over which error levels are averaged (one reference period)')
     parser.add_argument('--trajectory', choices=MODES, default='excitation',
@@ -344,7 +362,7 @@ def main(argv=None) -> None:
         print(json.dumps(results['kinova'], indent=1))
     if args.live > 0:
         print(f'live run over DDS for {args.live:.0f} s ...', flush=True)
-        results['live'] = live(args.live, args.urdf)
+        results['live'] = live(args.live, args.urdf, args.live_model)
         print(json.dumps(results['live'], indent=1))
     results['load_average_end'] = os.getloadavg()
     (RESULTS / 'continual.json').write_text(json.dumps(results, indent=1, default=str))

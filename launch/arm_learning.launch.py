@@ -1,10 +1,11 @@
 """
 Learn an arm's dynamics on a robot: dynamics_learner [+ torque_predictor] on /joint_states.
 
-    ros2 launch robot_dynamics_learning arm_learning.launch.py model:=lstm \
-        checkpoint_dir:=$HOME/.rdl/arm namespace:=arm1 predictor:=true
+    ros2 launch robot_dynamics_learning arm_learning.launch.py model:=hybrid \
+        urdf:=/path/to/my_arm.urdf checkpoint_dir:=$HOME/.rdl/arm namespace:=arm1 predictor:=true
 
-Arguments: model, params_file (default config/learner.yaml), checkpoint_dir, namespace,
+Arguments: model, urdf (the robot's URDF for hybrid / rigid_body: a path or a file in the
+package's urdf/ folder), params_file (default config/learner.yaml), checkpoint_dir, namespace,
 use_sim_time, predictor (also start a prediction-only node reading the learner's checkpoints).
 """
 import os
@@ -29,8 +30,11 @@ def generate_launch_description() -> LaunchDescription:
     namespace = LaunchConfiguration('namespace')
     use_sim_time = ParameterValue(LaunchConfiguration('use_sim_time'), value_type=bool)
     return LaunchDescription([
-        DeclareLaunchArgument('model', default_value='lstm',
+        DeclareLaunchArgument('model', default_value='hybrid',
                               description='lstm | ac_rkn_inverse | hybrid | rigid_body | ffnn'),
+        DeclareLaunchArgument('urdf', default_value='panda.urdf',
+                              description='robot URDF of the hybrid / rigid_body model (its '
+                              'moving joints are the learned joints, in their order)'),
         DeclareLaunchArgument('params_file',
                               default_value=os.path.join(share, 'config', 'learner.yaml'),
                               description='YAML parameters of the learner and predictor'),
@@ -47,6 +51,7 @@ def generate_launch_description() -> LaunchDescription:
         Node(package=PACKAGE, executable='dynamics_learner', name='dynamics_learner',
              namespace=namespace, output='screen',
              parameters=[params_file, {'model': model, 'checkpoint_dir': checkpoint_dir,
+                                       'urdf': LaunchConfiguration('urdf'),
                                        'use_sim_time': use_sim_time}]),
         Node(package=PACKAGE, executable='torque_predictor', name='torque_predictor',
              namespace=namespace, output='screen',

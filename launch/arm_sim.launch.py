@@ -1,7 +1,7 @@
 """
 Simulated arm plus online learner: arm_sim publishes /joint_states, dynamics_learner learns.
 
-    ros2 launch robot_dynamics_learning arm_sim.launch.py model:=lstm payload_mass:=0.0
+    ros2 launch robot_dynamics_learning arm_sim.launch.py model:=hybrid payload_mass:=0.0
     ros2 param set /arm_sim payload_mass 2.0      # change the payload while it learns
 
 Arguments: model, payload_mass, trajectory, learner_params, sim_params, checkpoint_dir
@@ -24,7 +24,7 @@ def generate_launch_description() -> LaunchDescription:
     share = get_package_share_directory(PACKAGE)
     namespace = LaunchConfiguration('namespace')
     return LaunchDescription([
-        DeclareLaunchArgument('model', default_value='lstm',
+        DeclareLaunchArgument('model', default_value='hybrid',
                               description='lstm | ac_rkn_inverse | hybrid | rigid_body | ffnn'),
         DeclareLaunchArgument('payload_mass', default_value='0.0',
                               description='initial payload at the flange (kg)'),

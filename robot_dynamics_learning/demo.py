@@ -49,7 +49,7 @@ def _follow(process: subprocess.Popen, log: Path, lines: List[str]) -> threading
 
 
 def _plot(record: Dict[str, np.ndarray], change_time: Optional[float], payload: float,
-          path: Path) -> None:
+          path: Path, model: str) -> None:
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -75,7 +75,7 @@ def _plot(record: Dict[str, np.ndarray], change_time: Optional[float], payload: 
         axes[2].text(change, axes[2].get_ylim()[1], f' +{payload:g} kg payload', color='red',
                      va='top')
     axes[2].legend(loc='upper right', fontsize=8)
-    figure.suptitle('dynamics_learner on arm_sim over ROS 2: online LSTM inverse dynamics')
+    figure.suptitle(f'dynamics_learner on arm_sim over ROS 2: online {model} inverse dynamics')
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -109,7 +109,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument('--out', type=Path, default=Path('out/demo'), help='output folder')
     parser.add_argument('--duration', type=float, default=60.0, help='seconds of simulation')
     parser.add_argument('--payload', type=float, default=2.0, help='payload added halfway (kg)')
-    parser.add_argument('--model', default='lstm', help='learner model type')
+    parser.add_argument('--model', default='hybrid',
+                        help='learner model type (hybrid: URDF + online payload + LSTM)')
     parser.add_argument('--urdf', default='', help="arm URDF ('' = urdf/panda.urdf)")
     parser.add_argument('--no-lap', action='store_true', help='skip the RC-car lap')
     args = parser.parse_args(argv)
@@ -125,7 +126,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     learner_lines: List[str] = []
     sim_lines: List[str] = []
     learner = start_node_process('dynamics_learner', ros_args({
-        'model': args.model, 'record_path': str(record_path),
+        'model': args.model, 'urdf': args.urdf, 'record_path': str(record_path),
         'checkpoint_dir': str(args.out / 'checkpoints'), 'resume': False}),
         stdout=subprocess.PIPE)
     followers = [_follow(learner, args.out / 'learner.log', learner_lines)]
@@ -165,7 +166,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     change_time = (origins[0] * 1e-9 + float(changes[0].group(2))
                    if changes and origins else None)
     png = args.out / 'continual_demo.png'
-    _plot(record, change_time, args.payload, png)
+    _plot(record, change_time, args.payload, png, args.model)
     print('[3] summary')
     for line in _summary(record, change_time):
         print(f'    {line}')

@@ -67,6 +67,17 @@ def test_gp_is_conditioned_not_trained():
 
 
 def test_checkpoint_reproduces_predictions_in_a_fresh_process(tmp_path):
+    # One thread in both processes: with several, MKL may split a product differently under
+    # load, which changes the last bit of the sums (not what this test is about).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _check_fresh_process_reproduces(tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check_fresh_process_reproduces(tmp_path):
     train, val = _windows()
     model = build_model('ac_rkn_inverse', {'latent_obs_dim': 4, 'num_basis': 3}, 6, 2, 2)
     train_model(model, train, val, TrainConfig(max_epochs=2, progress=False))
@@ -76,6 +87,7 @@ def test_checkpoint_reproduces_predictions_in_a_fresh_process(tmp_path):
                tmp_path / 'inputs.pt')
     script = (
         'import sys, torch\n'
+        'torch.set_num_threads(1)\n'
         'from robot_dynamics_learning.learning.checkpoint import load_checkpoint\n'
         'from robot_dynamics_learning.models.base import SequenceBatch\n'
         f'loaded = load_checkpoint(sys.argv[1], joint_names={JOINTS!r})\n'

@@ -21,6 +21,7 @@ per-sample cost is known and does not grow with the robot's age.
 """
 import copy
 from dataclasses import dataclass
+import functools
 import threading
 import time
 from typing import Any, Callable, NamedTuple, Optional, Tuple
@@ -435,6 +436,13 @@ class StreamingPredictor:
         return mean[0].numpy(), None if variance is None else variance[0].numpy()
 
 
+def _save_with_physics(save: SaveFunction, physics: Any, model: DynamicsModel,
+                       metadata: dict) -> object:
+    """Write the current payload estimate into the snapshot, then checkpoint it."""
+    model.payload.copy_(torch.from_numpy(physics.state()))
+    return save(model, metadata)
+
+
 @dataclass(frozen=True)
 class LearnerConfig:
     """Buffer and trainer settings of a `ContinualLearner`."""
@@ -447,7 +455,8 @@ class ContinualLearner:
     """
     Predict-then-learn on a stream of (time, observation, action, target) samples.
 
-    `observe` is what a message callback calls: O(1) apart from one `model.step`.
+    `observe` is what a message callback calls: O(1) apart from one `model.step` (and, for
+    a model with `split_physics` (the hybrid), one rigid-body regressor and RLS step).
     Training happens in the trainer thread started by `start()`.
     """
 
@@ -456,6 +465,12 @@ class ContinualLearner:
                  save: Optional[SaveFunction] = None, fit_normalization: bool = True,
                  start_step: int = 0) -> None:
         self.config = config
+        # A hybrid model splits off its physics (rigid body + online payload estimate): the
+        # network then learns tau - physics, stored with the payload estimate of its time.
+        split = getattr(model, 'split_physics', None)
+        self.physics = split() if split is not None else None
+        if self.physics is not None and save is not None:
+            save = functools.partial(_save_with_physics, save, self.physics)
         self.buffer = StreamingBuffer(n_obs, n_act, n_target, config.buffer, rng)
         self.trainer = ContinualTrainer(model, self.buffer, config.trainer, save,
                                         fit_normalization, start_step)
@@ -487,10 +502,24 @@ class ContinualLearner:
         target (n_target,) or None when the torque of this sample is unknown (predict only).
         """
         act = np.zeros(self._n_act) if action is None else action
+        if self.physics is not None:
+            return self._observe_split(stamp, observation, act, target)
         mean, variance = self.predictor.predict(observation, act if self._n_act else None)
         if target is not None:
             self.prequential.update(mean, target)
             self.buffer.append(stamp, observation, act, target)
+        return mean, variance
+
+    def _observe_split(self, stamp: float, observation: np.ndarray, action: np.ndarray,
+                       target: Optional[np.ndarray]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """Physics plus the residual network; store the residual target tau - physics."""
+        physics = self.physics.predict(observation)
+        residual, variance = self.predictor.predict(observation, action if self._n_act else None)
+        mean = residual + physics
+        if target is not None:
+            self.prequential.update(mean, target)
+            self.buffer.append(stamp, observation, action, target - physics)
+            self.physics.update(target - residual)
         return mean, variance
 
     def diagnostics(self) -> dict:
@@ -504,7 +533,10 @@ class ContinualLearner:
                 'weights_version': self.predictor.version,
                 'train_seconds': trainer.busy_seconds,
                 'checkpoints_written': trainer.checkpoints_written,
-                'last_error': trainer.last_error}
+                'last_error': trainer.last_error,
+                **({} if self.physics is None
+                   else {'payload_mass_change_kg': float(self.physics.state()[0]),
+                         'payload_resets': self.physics.resets})}
 
 
 class InverseDynamicsStream:

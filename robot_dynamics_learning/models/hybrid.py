@@ -6,15 +6,28 @@ rigid-body torque with `robot_dynamics_learning.dynamics` (RNEA, float64). The U
 joints must be the data's joints in the same order (checkpoints store the data's joint names).
 - `RigidBodyInverse`: tau = RNEA(q, qd, qdd); optionally learnable inertias, damping and
   Coulomb friction (seed 002), trained on the normalised-torque MSE.
-- `HybridInverse`: tau = RNEA(q, qd, qdd) + LSTM residual(x_1..x_t) (seed 002's hybrid use case
-  with seed 001's LSTM as the residual model).
+- `HybridInverse`: tau = RNEA(q, qd, qdd) + Y_last(q, qd, qdd) dphi + LSTM residual(x_1..x_t)
+  (seed 002's hybrid use case with seed 001's LSTM as the residual model). dphi is a change of
+  the last body's 10 inertial parameters (a payload at the flange) identified online by
+  `PayloadEstimator`; it is zero unless a continual learner identified one.
+
+Online (continual) use, `HybridInverse.split_physics()`: the physics part (URDF + payload,
+re-identified by recursive least squares in a few hundred samples) runs beside the learner,
+and the network learns only the residual tau - physics, stored per sample with the payload
+estimate of its time. The residual (friction, elasticity, sensor delay) does not depend on the
+payload, so old data stay valid after a payload change: adaptation without forgetting.
 """
+import copy
 import dataclasses
 from pathlib import Path
+import threading
 from typing import Optional, Tuple
 
+import numpy as np
 from robot_dynamics_learning.dynamics import load_urdf
+from robot_dynamics_learning.dynamics.algorithms import inertial_regressor, inertial_vector
 from robot_dynamics_learning.dynamics.learnable import LearnableRigidBody
+from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, ModelConfig,
@@ -49,15 +62,18 @@ class RigidBodyConfig(ModelConfig):
 
 @dataclasses.dataclass(frozen=True)
 class HybridConfig(RigidBodyConfig):
-    """Rigid-body settings plus the residual LSTM's hidden_size and num_layers."""
+    """Rigid-body settings, the residual LSTM's sizes and the payload RLS (`PayloadConfig`)."""
 
     hidden_size: int = 32
     num_layers: int = 1
+    payload_forgetting: float = 0.999
+    payload_start_after: int = 10000
 
     def __post_init__(self) -> None:
-        """Check the URDF and the LSTM sizes."""
+        """Check the URDF, the LSTM sizes and the payload estimator settings."""
         super().__post_init__()
         self._positive('hidden_size', 'num_layers')
+        PayloadConfig(forgetting=self.payload_forgetting, start_after=self.payload_start_after)
         if self.num_layers > 2:
             raise ValueError(f'HybridConfig.num_layers must be 1 or 2, got {self.num_layers}')
 
@@ -77,6 +93,203 @@ def _rnea(body: LearnableRigidBody, x: torch.Tensor) -> torch.Tensor:
     """Rigid-body torque (..., d) for x = [q, qd, qdd] (..., 3 d), computed in float64."""
     q, qd, qdd = x.double().chunk(3, dim=-1)
     return body.rnea(q, qd, qdd).to(x.dtype)
+
+
+# pinocchio orders a body's inertia entries (xx, xy, yy, xz, yz, zz); the package's phi
+# (dynamics.algorithms.inertial_regressor) uses (xx, xy, xz, yy, yz, zz).
+_OURS_FROM_PINOCCHIO = (0, 1, 2, 3, 4, 5, 7, 6, 8, 9)
+
+
+class FastRegressor:
+    """
+    Per-sample inertial regressor Y(q, qd, qdd) (d, 10 d) with tau = Y phi, package convention.
+
+    Why: the hybrid's physics runs once per message at 1 kHz. The package's torch regressor
+    costs about 0.5 ms for one sample (op dispatch); Pinocchio's
+    computeJointTorqueRegressor about 5 us. Pinocchio (the `pin` test dependency) is used when
+    it is importable and its model of the URDF has the same joints, otherwise the package's
+    regressor (same numbers to 1e-9, test/test_continual_hybrid.py). Copies share one
+    instance; calls are serialised by a lock (one Pinocchio workspace).
+    """
+
+    def __init__(self, robot: RobotModel, urdf: Path) -> None:
+        self.robot = robot
+        self.n = robot.n_dof
+        self.phi = inertial_vector(robot.inertias.double()).numpy()   # (10 d,) the URDF's
+        self._pin = None
+        self._lock = threading.Lock()
+        try:
+            import pinocchio
+            model = pinocchio.buildModelFromUrdf(str(urdf))
+        except (ImportError, ValueError, RuntimeError):   # no Pinocchio, or it refuses the URDF
+            return
+        names = tuple(model.names[i] for i in range(1, model.njoints))
+        if model.nq == self.n and names == tuple(robot.joint_names):
+            self._pin = (pinocchio, model, model.createData())
+            self._order = np.concatenate([10 * j + np.array(_OURS_FROM_PINOCCHIO)
+                                          for j in range(self.n)])
+
+    @property
+    def backend(self) -> str:
+        """Return 'pinocchio' or 'torch'."""
+        return 'torch' if self._pin is None else 'pinocchio'
+
+    def __call__(self, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
+        """Return Y (d, 10 d) for one sample (rad, rad/s, rad/s^2)."""
+        if self._pin is not None:
+            pinocchio, model, data = self._pin
+            with self._lock:
+                y = pinocchio.computeJointTorqueRegressor(model, data, q, qd, qdd)
+            return y[:, self._order]
+        with torch.no_grad():
+            return inertial_regressor(self.robot, *(torch.as_tensor(v, dtype=torch.float64)
+                                                    for v in (q, qd, qdd))).numpy()
+
+    def __deepcopy__(self, memo: dict) -> 'FastRegressor':
+        """Share one instance: the URDF model is constant (a Pinocchio model is not copyable)."""
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class PayloadConfig:
+    """
+    Recursive least squares on the last body's inertial parameters (a payload at the flange).
+
+    forgetting: lambda of exponentially weighted RLS, memory about 1 / (1 - lambda) samples
+        (0.999: about 1 s at 1 kHz); a sudden change is handled by `change_ratio`.
+    prior_std: initial standard deviation of [m (kg), m c (kg m), inertia about the body
+        origin (kg m^2)]; also the cap of the covariance (no wind-up while the arm rests).
+    start_after: samples seen before the estimate moves (the residual network first learns
+        friction and elasticity; before that their error would be pushed into the payload).
+    change_ratio: a short-term innovation this many times its long-term level is a payload
+        change: the covariance restarts from the prior (0 disables).
+    """
+
+    forgetting: float = 0.999
+    prior_std: Tuple[float, float, float] = (3.0, 0.3, 0.05)
+    start_after: int = 10000
+    change_ratio: float = 10.0
+
+    def __post_init__(self) -> None:
+        """Reject values that cannot work, naming the bad value."""
+        if not 0.9 <= self.forgetting <= 1.0:
+            raise ValueError(f'PayloadConfig.forgetting must be in [0.9, 1], got '
+                             f'{self.forgetting}')
+        if len(self.prior_std) != 3 or not all(v > 0 for v in self.prior_std):
+            raise ValueError(f'PayloadConfig.prior_std must be 3 positive values, got '
+                             f'{self.prior_std}')
+        if self.start_after < 0:
+            raise ValueError(f'PayloadConfig.start_after must be >= 0, got {self.start_after}')
+        if self.change_ratio < 0:
+            raise ValueError(f'PayloadConfig.change_ratio must be >= 0, got {self.change_ratio}')
+
+
+class PayloadEstimator:
+    """
+    Physics part of the online hybrid: tau_phys = Y(x) phi_URDF + Y_last(x) dphi.
+
+    `predict(x)` gives tau_phys for one sample; `update(z)` takes z = measured torque minus
+    the residual network's prediction and runs one weighted RLS step on dphi (the 10 inertial
+    parameters added to the last body, package convention, see `inertial_regressor`):
+        e = W (z - Y phi_URDF - Y_last dphi),  K = P A^T (lambda I + A P A^T)^-1,  A = W Y_last
+        dphi += K e,  P = (P - K A P) / lambda,  capped at trace(P_0).
+    W = diag(1 / std of each joint's torque) weighs joints as the normalised error does.
+    Thread-safe: the message callback predicts and updates, the trainer thread reads `state()`
+    for checkpoints.
+    """
+
+    def __init__(self, regressor: FastRegressor, config: PayloadConfig,
+                 dphi: Optional[np.ndarray] = None) -> None:
+        self.regressor = regressor
+        self.config = config
+        self.n = regressor.n
+        m, h, inertia = config.prior_std
+        self._p0 = np.diag(np.array([m] + [h] * 3 + [inertia] * 6) ** 2)
+        self._cap = float(np.trace(self._p0))
+        self._covariance = self._p0.copy()
+        self._dphi = np.zeros(10) if dphi is None else np.array(dphi, dtype=np.float64)
+        self._weight = np.ones(self.n)
+        self._moments = np.zeros((2, self.n))
+        self._lock = threading.Lock()
+        self._y = np.zeros((self.n, 10 * self.n))
+        self._nominal = np.zeros(self.n)
+        self.updates = 0
+        self.resets = 0
+        self._short = 0.0
+        self._long = 0.0
+        self._last_reset = config.start_after
+
+    def predict(self, observation: np.ndarray) -> np.ndarray:
+        """Return tau_phys (d,) N m for x = [q, qd, qdd] (3 d,) and remember Y for `update`."""
+        n = self.n
+        y = self.regressor(*(np.asarray(observation[k * n:(k + 1) * n], np.float64)
+                             for k in range(3)))
+        self._y = y
+        self._nominal = y @ self.regressor.phi
+        with self._lock:
+            return self._nominal + y[:, -10:] @ self._dphi
+
+    def update(self, target: np.ndarray) -> None:
+        """One RLS step on the sample of the last `predict`; target: tau - residual (d,)."""
+        if not np.all(np.isfinite(target)) or not np.all(np.isfinite(self._y)):
+            return   # the learner never passes these; a NaN must not reach the statistics
+        self.updates += 1
+        self._moments += (np.stack([target, target * target]) - self._moments) * 1e-3
+        if self.updates <= self.config.start_after:
+            return
+        if self.updates == self.config.start_after + 1 or self.updates % 1000 == 0:
+            self._set_weight()
+        a = self._weight[:, None] * self._y[:, -10:]
+        lam = self.config.forgetting
+        with self._lock:
+            error = self._weight * (target - self._nominal) - a @ self._dphi
+            if self._detect_change(float(error @ error) / self.n):
+                self._covariance = self._p0.copy()
+            pa = self._covariance @ a.T
+            gain = np.linalg.solve(lam * np.eye(self.n) + a @ pa, pa.T).T
+            dphi = self._dphi + gain @ error
+            covariance = (self._covariance - gain @ pa.T) / lam
+            trace = float(np.trace(covariance))
+            if trace > self._cap:
+                covariance *= self._cap / trace
+            if np.all(np.isfinite(dphi)) and np.all(np.isfinite(covariance)):
+                self._dphi, self._covariance = dphi, 0.5 * (covariance + covariance.T)
+
+    def _detect_change(self, innovation: float) -> bool:
+        """
+        Return True when the payload has just changed: restart the estimate's covariance.
+
+        The mean squared weighted innovation over about 20 samples against its long-term
+        level: a new payload raises it by orders of magnitude at once, and resetting P to
+        its prior lets least squares re-identify in tens of samples instead of waiting for
+        the forgetting factor (a 1 s memory would leave seconds of large errors).
+        """
+        if self._long == 0.0:
+            self._short = self._long = innovation
+            return False
+        self._short += (innovation - self._short) * 0.05
+        ratio = self.config.change_ratio
+        if (ratio and self.updates - self._last_reset > 200
+                and self._short > ratio * self._long):
+            self._last_reset = self.updates
+            self.resets += 1
+            return True
+        # The level follows a drop within ~200 samples (the estimate converged) and a rise
+        # within ~2000, clipped, so a change does not raise its own threshold.
+        level = min(innovation, ratio * self._long)
+        self._long += (level - self._long) * (5e-3 if level < self._long else 5e-4)
+        return False
+
+    def _set_weight(self) -> None:
+        moments = self._moments / (1.0 - (1.0 - 1e-3) ** self.updates)   # EMA bias removed
+        variance = moments[1] - moments[0] ** 2
+        scale = np.sqrt(np.maximum(variance, 1e-12))
+        self._weight = 1.0 / np.maximum(scale, 1e-3 * max(float(scale.max()), 1e-6))
+
+    def state(self) -> np.ndarray:
+        """Return a copy of dphi (10,): [m, m c (3), inertia about the body origin (6)]."""
+        with self._lock:
+            return self._dphi.copy()
 
 
 class RigidBodyInverse(DynamicsModel):
@@ -122,7 +335,14 @@ class RigidBodyInverse(DynamicsModel):
 
 
 class HybridInverse(DynamicsModel):
-    """tau_t = RNEA(x_t) + LSTM residual; the residual is normalised by its own statistics."""
+    """
+    tau_t = RNEA(x_t) + Y_last(x_t) dphi + LSTM residual; the residual has its own statistics.
+
+    dphi (buffer `payload`, 10 values, saved with the weights) is the online payload estimate
+    (zero offline). `split_physics()` switches a model to the continual learner's split:
+    `step`, `forward` and `loss` then see only the residual, and the returned
+    `PayloadEstimator` computes and re-identifies the physics per sample.
+    """
 
     kind = 'inverse'
     config_class = HybridConfig
@@ -138,12 +358,57 @@ class HybridInverse(DynamicsModel):
         self.residual_norm = Normalizer(n_target)
         self.lstm = nn.LSTM(n_obs, config.hidden_size, config.num_layers, batch_first=True)
         self.head = nn.Linear(config.hidden_size, n_target)
+        self.register_buffer('payload', torch.zeros(10, dtype=torch.float64))
+        self.regressor = FastRegressor(self.body.model, config.path())
+        self.residual_only = False
+
+    def __deepcopy__(self, memo: dict) -> 'HybridInverse':
+        """Copy weights and state; share the constant URDF model (it holds a lock)."""
+        memo[id(self.body.model)] = self.body.model
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
+
+    def split_physics(self) -> PayloadEstimator:
+        """
+        Return the online physics part; from now on this model predicts the residual only.
+
+        The estimator starts from the saved payload. Needs the URDF's own parameters: learnable
+        inertias, damping or friction are trained offline, not in this split.
+        """
+        config = self.config
+        if config.learn_inertia or config.learn_damping or config.learn_friction:
+            raise ValueError('split_physics (continual learning) needs learn_inertia, '
+                             'learn_damping and learn_friction false')
+        self.residual_only = True
+        return PayloadEstimator(self.regressor,
+                                PayloadConfig(forgetting=config.payload_forgetting,
+                                              start_after=config.payload_start_after),
+                                self.payload.numpy())
+
+    def _physics(self, observation: torch.Tensor) -> torch.Tensor:
+        """Rigid-body torque with the payload estimate, (..., d) for x (..., 3 d)."""
+        if observation.dim() == 2 and observation.shape[0] == 1:   # one message: fast path
+            n = self.n_target
+            x = observation[0].double().numpy()
+            y = self.regressor(x[:n], x[n:2 * n], x[2 * n:])
+            tau = y @ self.regressor.phi + y[:, -10:] @ self.payload.numpy()
+            return torch.from_numpy(tau).to(observation.dtype)[None]
+        tau = _rnea(self.body, observation)
+        if bool(self.payload.any()):
+            q, qd, qdd = observation.double().chunk(3, dim=-1)
+            y_last = inertial_regressor(self.body.model, q, qd, qdd)[..., -10:]
+            tau = tau + (y_last @ self.payload).to(observation.dtype)
+        return tau
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
-        """Fit input statistics and those of the residual tau - RNEA."""
+        """Fit input statistics and those of the residual (the targets themselves when split)."""
         self.input_norm.fit(batch.observations)
         with torch.no_grad():
-            self.residual_norm.fit(batch.targets - _rnea(self.body, batch.observations))
+            residual = (batch.targets if self.residual_only
+                        else batch.targets - self._physics(batch.observations))
+            self.residual_norm.fit(residual)
 
     def init_state(self, batch_size: int) -> LSTMState:
         """Return zero (h, c) of the residual LSTM."""
@@ -152,15 +417,16 @@ class HybridInverse(DynamicsModel):
 
     def step(self, state: Optional[LSTMState], observation: torch.Tensor,
              action: Optional[torch.Tensor] = None) -> StepOutput:
-        """Return RNEA + residual torques (B, d) for x_t (B, 3 d)."""
+        """Return physics + residual torques (B, d) for x_t (B, 3 d) (the residual when split)."""
         check_step_input('observation', observation, self.n_obs)
         if state is None:
             state = self.init_state(observation.shape[0])
         with torch.no_grad():
             out, (h, c) = self.lstm(self.input_norm.normalize(observation).unsqueeze(1),
                                     (state.h, state.c))
-            residual = self.residual_norm.denormalize(self.head(out[:, 0]))
-            tau = _rnea(self.body, observation) + residual
+            tau = self.residual_norm.denormalize(self.head(out[:, 0]))
+            if not self.residual_only:
+                tau = tau + self._physics(observation)
         return StepOutput(tau, None, LSTMState(h, c))
 
     def _residual(self, batch: SequenceBatch) -> torch.Tensor:
@@ -168,15 +434,18 @@ class HybridInverse(DynamicsModel):
         return self.head(out)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
-        """Return RNEA + residual torques for every step of the windows."""
+        """Return physics + residual torques for every step of the windows (residual: split)."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
         residual = self.residual_norm.denormalize(self._residual(batch))
-        return Prediction(_rnea(self.body, batch.observations) + residual, None)
+        if self.residual_only:
+            return Prediction(residual, None)
+        return Prediction(self._physics(batch.observations) + residual, None)
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE of the residual in normalised units (gradients also reach learnable physics)."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
-        target = self.residual_norm.normalize(batch.targets - _rnea(self.body,
-                                                                    batch.observations))
+        residual = batch.targets if self.residual_only else (
+            batch.targets - self._physics(batch.observations))
+        target = self.residual_norm.normalize(residual)
         loss = (self._residual(batch) - target).pow(2).mean()
         return loss, {'mse_residual_normalized': float(loss.detach())}

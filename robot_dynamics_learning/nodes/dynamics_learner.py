@@ -26,25 +26,28 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data, QoSProfile
+from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.learning.continual import (ContinualLearner,
                                                         InverseDynamicsStream, LearnerConfig,
                                                         TrainerConfig)
 from robot_dynamics_learning.learning.prequential import LatencyLog, Recorder
-from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
                                                        joint_state_msg, JointStateParser,
                                                        stamp_to_ns)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
+from robot_dynamics_learning.sim.arm import find_urdf
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 import torch
 
 INVERSE_MODELS = ('lstm', 'ac_rkn_inverse', 'hybrid', 'rigid_body', 'ffnn')
+URDF_MODELS = ('hybrid', 'rigid_body')   # their model_config names a URDF
 
 
 class DynamicsLearnerNode(Node):
@@ -59,9 +62,16 @@ class DynamicsLearnerNode(Node):
             raise ValueError(f'parameter model must be one of {INVERSE_MODELS}, got '
                              f"'{self.model_type}'")
         self.model_config = json.loads(get('model_config').value or '{}')
+        if self.model_type in URDF_MODELS and 'urdf' not in self.model_config:
+            urdf = get('urdf').value or 'panda.urdf'
+            self.model_config['urdf'] = str(urdf if '/' in urdf else find_urdf(urdf))
         torch.set_num_threads(get('torch_threads').value)
         names = list(self.get_parameter_or('joint_names',
                                            Parameter('joint_names', value=[])).value)
+        if not names and self.model_type in URDF_MODELS:
+            # Physics models need the URDF's joint order: messages are reordered by name.
+            config = model_builder(self.model_type).config_class.from_dict(self.model_config)
+            names = list(load_urdf(config.path()).joint_names)
         self.torque_source = get('torque_source').value
         if self.torque_source not in ('effort', 'command'):
             raise ValueError(f"torque_source must be 'effort' or 'command', got "
@@ -86,8 +96,13 @@ class DynamicsLearnerNode(Node):
         self.pub_torque = self.create_publisher(JointState, '~/predicted_torques', 10)
         self.pub_std = self.create_publisher(JointState, '~/predicted_torques_std', 10)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_subscription(JointState, 'joint_states', self._on_joint_state,
-                                 qos_profile_sensor_data)
+        # Sensor-data QoS (best effort, volatile) with a deeper queue than its 5: a burst from
+        # a publisher that fell behind is absorbed instead of dropped, while the depth still
+        # bounds the backlog (queue_depth samples, 20 ms at 1 kHz by default).
+        qos = QoSProfile(depth=get('queue_depth').value,
+                         reliability=qos_profile_sensor_data.reliability,
+                         durability=qos_profile_sensor_data.durability)
+        self.create_subscription(JointState, 'joint_states', self._on_joint_state, qos)
         if self.torque_source == 'command':
             self.create_subscription(Float64MultiArray, get('command_topic').value,
                                      self._on_command, 10)
@@ -103,6 +118,9 @@ class DynamicsLearnerNode(Node):
 
         declare('model', 'lstm', f'model type, one of {INVERSE_MODELS}')
         declare('model_config', '{}', 'model settings as a JSON object (see docs/models.md)')
+        declare('urdf', '', 'robot URDF of the hybrid and rigid_body models unless '
+                'model_config names one: a path, or a file name in the urdf/ folder of the '
+                'package; empty: panda.urdf (the simulated arm)')
         declare('joint_names', Parameter.Type.STRING_ARRAY, 'joints to learn, in this order; '
                 'unset: adopt the names of the first message')
         declare('torque_source', 'effort', "'effort' (JointState effort) or 'command' "
@@ -116,14 +134,14 @@ class DynamicsLearnerNode(Node):
         declare('window', 32, 'steps per training window', 1, 1000)
         declare('learning_rate', 3e-3, 'Adam learning rate', 1e-6, 1.0)
         declare('grad_clip', 1.0, 'maximum gradient norm', 1e-6, 1e6)
-        declare('updates_per_sample', 0.1, 'training budget: updates per received sample '
+        declare('updates_per_sample', 0.05, 'training budget: updates per received sample '
                 '(0: as fast as possible)', 0.0, 10.0)
         declare('warmup_samples', 1000, 'samples before the first update (normalisation fit)',
                 1, 10_000_000)
         declare('recent_capacity', 20000, 'samples in the ring of recent data', 10, 10_000_000)
         declare('reservoir_windows', 2000, 'windows kept from the whole past (0: none)',
                 0, 1_000_000)
-        declare('recent_fraction', 0.8, 'share of each batch from recent data', 0.0, 1.0)
+        declare('recent_fraction', 0.5, 'share of each batch from recent data', 0.0, 1.0)
         declare('gap_factor', 3.0, 'a step this many times the nominal period breaks windows',
                 1.01, 1000.0)
         declare('prequential_window', 5000, 'samples in the sliding prequential nMSE',
@@ -138,6 +156,8 @@ class DynamicsLearnerNode(Node):
         declare('accel_window', 21, 'samples in the causal acceleration estimate (a one-sided '
                 'quadratic fit to velocities, signals/causal.py)', 3, 1000)
         declare('diagnostics_period_s', 1.0, 'seconds between diagnostics', 0.01, 3600.0)
+        declare('queue_depth', 20, 'joint_states subscription queue (best effort): messages '
+                'absorbed in a burst; also the most a backlog can delay them', 1, 10000)
         declare('torch_threads', 1, 'torch intra-op threads (training shares the CPU)', 1, 64)
         declare('train_cpu_share', 0.5, 'share of one core the trainer thread may use (it '
                 'pauses between updates); leaves the callback room at 1 kHz on a small CPU',
@@ -167,6 +187,10 @@ class DynamicsLearnerNode(Node):
                     self.get_logger().error(f'cannot resume, starting fresh: {error}')
         if model is None:
             model = build_model(self.model_type, self.model_config, 3 * n, n, n)
+        urdf_joints = getattr(model, 'joint_names', None)
+        if urdf_joints is not None and tuple(urdf_joints) != tuple(names):
+            raise ValueError(f'joint_names {names} differ from the URDF joints {urdf_joints} '
+                             f'of model {self.model_type}')
         config = LearnerConfig(
             BufferConfig(window=get('window').value,
                          recent_capacity=get('recent_capacity').value,

@@ -8,6 +8,7 @@ then for every accepted `/joint_states` message publishes `~/predicted_torques` 
 A timer polls the folder and swaps in a newer checkpoint between messages, keeping the
 recurrent state, so a learner elsewhere (another machine, a GPU) can feed many predictors.
 """
+import array
 import functools
 from pathlib import Path
 import threading
@@ -72,6 +73,8 @@ class TorquePredictorNode(Node):
         self.stream: Optional[InverseDynamicsStream] = None
         self.prequential: Optional[PrequentialError] = None
         self.latency = LatencyLog()
+        self._out_torque: Optional[JointState] = None   # reused outgoing messages
+        self._out_std: Optional[JointState] = None
         self.pub_torque = self.create_publisher(JointState, '~/predicted_torques', 10)
         self.pub_std = self.create_publisher(JointState, '~/predicted_torques_std', 10)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
@@ -147,11 +150,19 @@ class TorquePredictorNode(Node):
             return
         observation, action, target = features
         mean, variance = self.predictor.predict(observation, action)
-        self.pub_torque.publish(joint_state_msg(sample.stamp_ns, self.joint_names,
-                                                effort=mean))
+        # One outgoing message per topic, built once: only the stamp and effort change.
+        if self._out_torque is None:
+            self._out_torque = joint_state_msg(0, self.joint_names)
+            self._out_std = joint_state_msg(0, self.joint_names)
+        out = self._out_torque
+        out.header.stamp = msg.header.stamp
+        out.effort = _doubles(mean)
+        self.pub_torque.publish(out)
         if variance is not None:
-            self.pub_std.publish(joint_state_msg(sample.stamp_ns, self.joint_names,
-                                                 effort=np.sqrt(np.maximum(variance, 0.0))))
+            out = self._out_std
+            out.header.stamp = msg.header.stamp
+            out.effort = _doubles(np.sqrt(np.maximum(variance, 0.0)))
+            self.pub_std.publish(out)
         if target is not None:
             self.prequential.update(mean, target)
         now_ns = self.get_clock().now().nanoseconds
@@ -175,6 +186,11 @@ class TorquePredictorNode(Node):
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(array)
+
+
+def _doubles(values: np.ndarray) -> array.array:
+    """(n,) array -> array('d'), the message setter's fast path."""
+    return array.array('d', np.asarray(values, np.float64).tobytes())
 
 
 def main(args=None) -> None:
