@@ -139,6 +139,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           'callback latency p50/p99', flush=True)
     shown, last_accepted, last_time = 0, 0, time.monotonic()
     deadline = time.monotonic() + args.duration + 30.0
+    quiet_since = None  # arm_sim stays up after its last message: stop when the stream ends
     while sim.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
         for line in learner_lines[shown:]:
@@ -146,12 +147,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             if match:
                 accepted = int(match.group(1))
                 now = time.monotonic()
+                if accepted > last_accepted or accepted == 0:
+                    quiet_since = None
+                elif quiet_since is None:
+                    quiet_since = now
                 rate = (accepted - last_accepted) / max(now - last_time, 1e-3)
                 last_accepted, last_time = accepted, now
                 print(f'    {now - started:6.1f} s | {rate:6.0f} /s | {match.group(2):>7} | '
                       f'{match.group(3):>6} | {float(match.group(5)):10.4f} | '
                       f'{match.group(6)}/{match.group(7)} ms', flush=True)
         shown = len(learner_lines)
+        if quiet_since is not None and time.monotonic() - quiet_since > 2.0:
+            break
     stop_process(sim)
     stop_process(learner)
     for follower in followers:
