@@ -139,14 +139,6 @@ anything = st.one_of(finite, st.just(math.nan), st.just(math.inf), st.just(-math
                      st.floats(-1e9, 1e9))
 
 
-@settings(max_examples=40, deadline=None)
-@given(state=st.lists(anything, min_size=6, max_size=6))
-def test_mpc_command_is_always_finite_and_within_limits(mpc, state):
-    result = mpc.solve(np.array(state))
-    assert result.command.shape == (2,)
-    assert mpc.config.within_limits(result.command)
-
-
 @pytest.fixture(scope='module')
 def fast_mpc():
     torch.manual_seed(0)
@@ -158,12 +150,14 @@ def fast_mpc():
     return mpc
 
 
+@pytest.mark.parametrize('solver', ['mpc', 'fast_mpc'])
 @settings(max_examples=40, deadline=None)
 @given(state=st.lists(anything, min_size=6, max_size=6))
-def test_fast_mpc_command_is_always_finite_and_within_limits(fast_mpc, state):
-    result = fast_mpc.solve(np.array(state))
+def test_mpc_command_is_always_finite_and_within_limits(request, solver, state):
+    mpc = request.getfixturevalue(solver)  # bicycle via autograd, and the fused MLP path
+    result = mpc.solve(np.array(state))
     assert result.command.shape == (2,)
-    assert fast_mpc.config.within_limits(result.command)
+    assert mpc.config.within_limits(result.command)
 
 
 def test_optimiser_skips_an_iteration_that_would_miss_the_deadline():
