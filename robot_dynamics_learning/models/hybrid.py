@@ -32,7 +32,7 @@ from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, Sequ
                                                  StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, ModelConfig,
                                                    Normalizer)
-from robot_dynamics_learning.models.lstm import LSTMState
+from robot_dynamics_learning.models.lstm import lstm_step, LSTMState
 import torch
 from torch import nn
 
@@ -422,9 +422,8 @@ class HybridInverse(DynamicsModel):
         if state is None:
             state = self.init_state(observation.shape[0])
         with torch.no_grad():
-            out, (h, c) = self.lstm(self.input_norm.normalize(observation).unsqueeze(1),
-                                    (state.h, state.c))
-            tau = self.residual_norm.denormalize(self.head(out[:, 0]))
+            out, h, c = lstm_step(self.lstm, self.input_norm.normalize(observation), state)
+            tau = self.residual_norm.denormalize(self.head(out))
             if not self.residual_only:
                 tau = tau + self._physics(observation)
         return StepOutput(tau, None, LSTMState(h, c))
