@@ -247,12 +247,16 @@ def live(seconds: float, urdf: str, model: str) -> dict:
     }
 
 
-def kinova(rate: float) -> dict:
+KINOVA_URDF = 'urdf/kinova_gen3.urdf'
+
+
+def kinova(rate: float, model: str) -> dict:
     """
     Play the Kinova Gen3 recordings through bag_player into dynamics_learner over DDS.
 
-    Identification recordings first, then the validation ones; the learner starts from
-    scratch. Plots the online (prequential) error and returns its numbers.
+    Identification recordings first, then the validation ones; the learner (`model`; the
+    hybrid uses Kinova's URDF) starts from scratch. Plots the online (prequential) error and
+    returns its numbers.
     """
     import shutil
     sys.path.insert(0, str(ROOT / 'test'))
@@ -269,7 +273,8 @@ def kinova(rate: float) -> dict:
     bag = folder / 'kinova_bag'
     count = bag_io.write_joint_trajectories(bag, train + test)
     record = folder / 'record.npz'
-    learner = start_node('dynamics_learner', {'record_path': str(record), 'warmup_samples': 500},
+    learner = start_node('dynamics_learner', {'record_path': str(record), 'warmup_samples': 500,
+                                              'model': model, 'urdf': KINOVA_URDF},
                          log_path=folder / 'learner.log')
     try:
         wait_for(lambda: 'learning' in (folder / 'learner.log').read_text(), 60)
@@ -313,14 +318,15 @@ def kinova(rate: float) -> dict:
     axes[1].text(validation_start, axes[1].get_ylim()[1], ' validation recordings', color='red',
                  va='top', fontsize=8)
     axes[1].legend(fontsize=8)
-    figure.suptitle('Kinova Gen3 recordings through bag_player -> dynamics_learner (LSTM)')
+    figure.suptitle(f'Kinova Gen3 recordings through bag_player -> dynamics_learner ({model})')
     figure.tight_layout()
     figure.savefig(IMAGES / 'continual_kinova.png', dpi=110)
     plt.close(figure)
     validation = t >= validation_start
     per_joint = (np.mean((prediction[validation] - target[validation]) ** 2, axis=0)
                  / target.var(axis=0)) if validation.any() else np.full(len(moving), np.nan)
-    return {'messages_in_bag': count, 'samples_scored': int(len(t)), 'rate': rate,
+    return {'model': model, 'messages_in_bag': count, 'samples_scored': int(len(t)),
+            'rate': rate,
             'moving_joints': [str(name) for name in data['names'][moving]],
             'validation_nmse_per_joint': per_joint.tolist(),
             'validation_nmse_mean_moving_joints': float(np.mean(per_joint[moving]))}
@@ -339,6 +345,8 @@ def main(argv=None) -> None:
     parser.add_argument('--quick', action='store_true', help='shorter stream (smoke test)')
     parser.add_argument('--kinova', type=int, default=1,
                         help='1: also play the Kinova recordings through the nodes')
+    parser.add_argument('--kinova-model', default='hybrid',
+                        help=f'learner model of the Kinova run (hybrid uses {KINOVA_URDF})')
     parser.add_argument('--kinova-rate', type=float, default=0.5,
                         help='bag playback speed for the Kinova run')
     parser.add_argument('--urdf', default='', help="arm URDF ('' = urdf/panda.urdf)")
@@ -358,7 +366,7 @@ def main(argv=None) -> None:
         results['offline'] = offline(args)
     if args.kinova:
         print('Kinova recordings through bag_player and dynamics_learner ...', flush=True)
-        results['kinova'] = kinova(args.kinova_rate)
+        results['kinova'] = kinova(args.kinova_rate, args.kinova_model)
         print(json.dumps(results['kinova'], indent=1))
     if args.live > 0:
         print(f'live run over DDS for {args.live:.0f} s ...', flush=True)
