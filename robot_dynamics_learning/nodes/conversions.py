@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
+from rclpy.node import Node
 from robot_dynamics_learning.data.messages import (
     ArrayParser, CarCommand, CarCommandParser, CommandMapping, FieldNeed, JointSample,
     JointStateParser, PoseParser, PoseSample, quaternion_from_yaw, Reason, RejectionCounter,
@@ -23,8 +24,8 @@ __all__ = [
     'ArrayParser', 'CarCommand', 'CarCommandParser', 'CommandMapping', 'FieldNeed',
     'JointSample', 'JointStateParser', 'PoseParser', 'PoseSample', 'Reason',
     'RejectionCounter', 'Result', 'StampCheck', 'stamp_to_ns', 'time_msg', 'clock_msg',
-    'joint_state_msg', 'pose_stamped_msg', 'planar_pose_msg', 'twist_msg', 'twist_stamped_msg',
-    'joy_msg', 'float64_array_msg',
+    'joint_state_msg', 'PredictedTorquePublisher', 'pose_stamped_msg', 'planar_pose_msg',
+    'twist_msg', 'twist_stamped_msg', 'joy_msg', 'float64_array_msg',
 ]
 
 
@@ -64,6 +65,38 @@ def joint_state_msg(stamp_ns: int, names: Sequence[str], position: Optional[np.n
     msg.velocity = _doubles(velocity, n, 'velocity')
     msg.effort = _doubles(effort, n, 'effort')
     return msg
+
+
+class PredictedTorquePublisher:
+    """
+    `~/predicted_torques` and `~/predicted_torques_std` (JointState, effort) of a node.
+
+    One outgoing message per topic, built once the joint names are known: per sample only
+    the stamp (the input's) and the effort change, so the hot path allocates no messages.
+    """
+
+    def __init__(self, node: Node, depth: int = 10) -> None:
+        self._torque_pub = node.create_publisher(JointState, '~/predicted_torques', depth)
+        self._std_pub = node.create_publisher(JointState, '~/predicted_torques_std', depth)
+        self._torque: Optional[JointState] = None
+        self._std: Optional[JointState] = None
+
+    def set_joint_names(self, names: Sequence[str]) -> None:
+        """Build the two reused messages for `names`."""
+        self._torque = joint_state_msg(0, names)
+        self._std = joint_state_msg(0, names)
+
+    def publish(self, stamp: Time, mean: np.ndarray, variance: Optional[np.ndarray]) -> None:
+        """Publish the torques (n,) and, where the model gives a variance, their std."""
+        n = len(self._torque.name)
+        self._torque.header.stamp = stamp
+        self._torque.effort = _doubles(mean, n, 'predicted torque')
+        self._torque_pub.publish(self._torque)
+        if variance is not None:
+            self._std.header.stamp = stamp
+            self._std.effort = _doubles(np.sqrt(np.maximum(variance, 0.0)), n,
+                                        'predicted torque variance')
+            self._std_pub.publish(self._std)
 
 
 def pose_stamped_msg(stamp_ns: int, position: Sequence[float], quaternion: Sequence[float],

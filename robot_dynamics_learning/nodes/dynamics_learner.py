@@ -16,7 +16,6 @@ topic, lets the trainer thread use at most `train_cpu_share` of a core, and shor
 interpreter's GIL switch interval so the callback does not wait a whole 5 ms slice for the
 trainer thread to hand the GIL over.
 """
-import array
 import functools
 import json
 import time
@@ -36,8 +35,8 @@ from robot_dynamics_learning.learning.continual import (ContinualLearner,
 from robot_dynamics_learning.learning.prequential import LatencyLog, Recorder
 from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
-                                                       joint_state_msg, JointStateParser,
-                                                       stamp_to_ns)
+                                                       JointStateParser,
+                                                       PredictedTorquePublisher, stamp_to_ns)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
@@ -87,14 +86,11 @@ class DynamicsLearnerNode(Node):
         self.stream: Optional[InverseDynamicsStream] = None
         self.checkpoints: Optional[CheckpointDirectory] = None
         self._last_command: Optional[np.ndarray] = None
-        self._out_torque: Optional[JointState] = None   # reused outgoing messages
-        self._out_std: Optional[JointState] = None
         self.latency = LatencyLog()
         self._last_log = time.monotonic()
         self.record: Optional[Recorder] = None
 
-        self.pub_torque = self.create_publisher(JointState, '~/predicted_torques', 10)
-        self.pub_std = self.create_publisher(JointState, '~/predicted_torques_std', 10)
+        self.predictions = PredictedTorquePublisher(self)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         # Sensor-data QoS (best effort, volatile) with a deeper queue than its 5: a burst from
         # a publisher that fell behind is absorbed instead of dropped, while the depth still
@@ -224,8 +220,7 @@ class DynamicsLearnerNode(Node):
             n, window=get('accel_window').value))
         if self.command_parser.size is None:
             self.command_parser = ArrayParser(n)
-        self._out_torque = joint_state_msg(0, names)
-        self._out_std = joint_state_msg(0, names)
+        self.predictions.set_joint_names(names)
         self.learner.start()
 
     def _on_command(self, msg: Float64MultiArray) -> None:
@@ -253,16 +248,7 @@ class DynamicsLearnerNode(Node):
             return
         observation, action, target = features
         mean, variance = self.learner.observe(stamp, observation, action, target)
-        # One message per topic, built once: only the stamp (the input's) and effort change.
-        out = self._out_torque
-        out.header.stamp = msg.header.stamp
-        out.effort = _doubles(mean)
-        self.pub_torque.publish(out)
-        if variance is not None:
-            out = self._out_std
-            out.header.stamp = msg.header.stamp
-            out.effort = _doubles(np.sqrt(np.maximum(variance, 0.0)))
-            self.pub_std.publish(out)
+        self.predictions.publish(msg.header.stamp, mean, variance)
         now_ns = self.get_clock().now().nanoseconds
         self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
         if self.record is not None and target is not None:
@@ -330,11 +316,6 @@ class DynamicsLearnerNode(Node):
             path = self.record.save(self.get_parameter('record_path').value, self.joint_names)
             self.get_logger().info(f'recorded {self.record.count} samples to {path}')
         super().destroy_node()
-
-
-def _doubles(values: np.ndarray) -> array.array:
-    """(n,) array -> array('d'), the message setter's fast path."""
-    return array.array('d', np.asarray(values, np.float64).tobytes())
 
 
 def main(args=None) -> None:

@@ -8,7 +8,6 @@ then for every accepted `/joint_states` message publishes `~/predicted_torques` 
 A timer polls the folder and swaps in a newer checkpoint between messages, keeping the
 recurrent state, so a learner elsewhere (another machine, a GPU) can feed many predictors.
 """
-import array
 import functools
 from pathlib import Path
 import threading
@@ -16,7 +15,6 @@ import time
 from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
@@ -25,8 +23,8 @@ from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, P
                                                         StreamingPredictor)
 from robot_dynamics_learning.learning.prequential import LatencyLog, PrequentialError
 from robot_dynamics_learning.models.base import DynamicsModel
-from robot_dynamics_learning.nodes.conversions import (FieldNeed, joint_state_msg,
-                                                       JointStateParser, stamp_to_ns)
+from robot_dynamics_learning.nodes.conversions import (FieldNeed, JointStateParser,
+                                                       PredictedTorquePublisher, stamp_to_ns)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
@@ -73,10 +71,7 @@ class TorquePredictorNode(Node):
         self.stream: Optional[InverseDynamicsStream] = None
         self.prequential: Optional[PrequentialError] = None
         self.latency = LatencyLog()
-        self._out_torque: Optional[JointState] = None   # reused outgoing messages
-        self._out_std: Optional[JointState] = None
-        self.pub_torque = self.create_publisher(JointState, '~/predicted_torques', 10)
-        self.pub_std = self.create_publisher(JointState, '~/predicted_torques_std', 10)
+        self.predictions = PredictedTorquePublisher(self)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(JointState, 'joint_states', self._on_joint_state,
                                  qos_profile_sensor_data,
@@ -111,6 +106,7 @@ class TorquePredictorNode(Node):
                 self.stream = InverseDynamicsStream(
                     n, CausalDifferentiator(n, window=self._accel_window))
                 self.prequential = PrequentialError(n)
+                self.predictions.set_joint_names(self.joint_names)
             self._model = loaded.model
             self._version += 1
         self._loaded_path = loaded.path
@@ -150,19 +146,7 @@ class TorquePredictorNode(Node):
             return
         observation, action, target = features
         mean, variance = self.predictor.predict(observation, action)
-        # One outgoing message per topic, built once: only the stamp and effort change.
-        if self._out_torque is None:
-            self._out_torque = joint_state_msg(0, self.joint_names)
-            self._out_std = joint_state_msg(0, self.joint_names)
-        out = self._out_torque
-        out.header.stamp = msg.header.stamp
-        out.effort = _doubles(mean)
-        self.pub_torque.publish(out)
-        if variance is not None:
-            out = self._out_std
-            out.header.stamp = msg.header.stamp
-            out.effort = _doubles(np.sqrt(np.maximum(variance, 0.0)))
-            self.pub_std.publish(out)
+        self.predictions.publish(msg.header.stamp, mean, variance)
         if target is not None:
             self.prequential.update(mean, target)
         now_ns = self.get_clock().now().nanoseconds
@@ -186,11 +170,6 @@ class TorquePredictorNode(Node):
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(array)
-
-
-def _doubles(values: np.ndarray) -> array.array:
-    """(n,) array -> array('d'), the message setter's fast path."""
-    return array.array('d', np.asarray(values, np.float64).tobytes())
 
 
 def main(args=None) -> None:
