@@ -76,24 +76,27 @@ class Encoder(nn.Module):
         return self.mean(h), elup1(self.var(h))
 
 
-class AcRKNForward(FeedbackForwardModel):
+class _RKNForwardModel(FeedbackForwardModel):
     """
-    ac-RKN forward dynamics: o_{1:t}, a_{1:t} -> o^_{t+1} with variance.
+    Encoder, RKN cell and the two decoders shared by the ac-RKN and the plain RKN.
 
-    Training `forward` runs the encoder, control model and decoders on whole windows and only
-    the Kalman filter per step; `step`/`rollout` use the same functions one step at a time.
+    encoder_inputs: what the encoder reads (the observation; for the RKN also the action);
+    action_conditioned adds the ac-RKN's control model b(a). Modules are built in one fixed
+    order, so a seed gives the same initial weights as before the two shared this.
     """
 
     config_class = RKNConfig
 
-    def __init__(self, config: RKNConfig, n_obs: int, n_act: int, n_target: int) -> None:
+    def __init__(self, config: RKNConfig, n_obs: int, n_act: int, n_target: int,
+                 encoder_inputs: int, action_conditioned: bool) -> None:
         super().__init__(n_obs, n_act, n_target)
         self.config = config
         m = config.latent_obs_dim
         self.variance_weight = config.variance_weight
-        self.encoder = Encoder(n_obs, config.encoder_hidden, m)
+        self.encoder = Encoder(encoder_inputs, config.encoder_hidden, m)
         self.cell = RKNCell(m, config.num_basis, config.bandwidth, config.initial_covariance)
-        self.control = mlp(n_act, config.control_hidden, 2 * m)
+        if action_conditioned:
+            self.control = mlp(n_act, config.control_hidden, 2 * m)
         self.decoder = mlp(2 * m, config.decoder_hidden, n_obs)
         self.var_decoder = mlp(3 * m, config.decoder_hidden, n_obs)
 
@@ -103,6 +106,19 @@ class AcRKNForward(FeedbackForwardModel):
     def _decode(self, prior: Belief) -> Tuple[torch.Tensor, torch.Tensor]:
         """Mean and variance of the normalised difference from the prior z-_{t+1}."""
         return self.decoder(prior.mean), elup1(self.var_decoder(prior.cov.detach()))
+
+
+class AcRKNForward(_RKNForwardModel):
+    """
+    ac-RKN forward dynamics: o_{1:t}, a_{1:t} -> o^_{t+1} with variance.
+
+    Training `forward` runs the encoder, control model and decoders on whole windows and only
+    the Kalman filter per step; `step`/`rollout` use the same functions one step at a time.
+    """
+
+    def __init__(self, config: RKNConfig, n_obs: int, n_act: int, n_target: int) -> None:
+        super().__init__(config, n_obs, n_act, n_target, encoder_inputs=n_obs,
+                         action_conditioned=True)
 
     def _cell(self, state: Belief, memory: torch.Tensor, action: torch.Tensor,
               valid: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Belief]:
@@ -145,7 +161,7 @@ def memory_sums(observations: torch.Tensor, delta: torch.Tensor, delta_var: torc
     return mean, var
 
 
-class RKNForward(FeedbackForwardModel):
+class RKNForward(_RKNForwardModel):
     """
     RKN baseline without action conditioning: encoder([m_t, a_t]) -> update -> A_t z+.
 
@@ -154,26 +170,15 @@ class RKNForward(FeedbackForwardModel):
     prediction as m_t where o_t is missing (as the LSTM/GRU baselines do).
     """
 
-    config_class = RKNConfig
-
     def __init__(self, config: RKNConfig, n_obs: int, n_act: int, n_target: int) -> None:
-        super().__init__(n_obs, n_act, n_target)
-        self.config = config
-        m = config.latent_obs_dim
-        self.variance_weight = config.variance_weight
-        self.encoder = Encoder(n_obs + n_act, config.encoder_hidden, m)
-        self.cell = RKNCell(m, config.num_basis, config.bandwidth, config.initial_covariance)
-        self.decoder = mlp(2 * m, config.decoder_hidden, n_obs)
-        self.var_decoder = mlp(3 * m, config.decoder_hidden, n_obs)
-
-    def _init_cell(self, batch_size: int) -> Belief:
-        return self.cell.init_belief(batch_size)
+        super().__init__(config, n_obs, n_act, n_target, encoder_inputs=n_obs + n_act,
+                         action_conditioned=False)
 
     def _cell(self, state: Belief, memory: torch.Tensor, action: torch.Tensor,
               valid: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Belief]:
         w, var_w = self.encoder(torch.cat([memory, action], -1))
         prior = self.cell.predict(self.cell.update(state, w, var_w), None)
-        return self.decoder(prior.mean), elup1(self.var_decoder(prior.cov.detach())), prior
+        return (*self._decode(prior), prior)
 
 
 @dataclasses.dataclass(frozen=True)
