@@ -1,0 +1,58 @@
+"""Static checks shared by the launch-file tests: what setup.py installs, what launches name."""
+import ast
+from glob import glob
+import importlib.util
+from pathlib import Path
+import re
+from typing import List, Set
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = 'robot_dynamics_learning'
+
+
+def _setup_tree() -> ast.AST:
+    return ast.parse((ROOT / 'setup.py').read_text())
+
+
+def setup_data_files() -> list:
+    """(install folder, [source files]) pairs of setup.py, globs expanded as setup.py does."""
+    text = (ROOT / 'setup.py').read_text()
+    for node in ast.walk(_setup_tree()):
+        if isinstance(node, ast.keyword) and node.arg == 'data_files':
+            source = ast.get_source_segment(text, node.value).replace('{PACKAGE}', PACKAGE)
+            source = re.sub(r"\bf'", "'", source)  # f-strings: only {PACKAGE} is used
+            return eval(source, {'glob': lambda p: glob(str(ROOT / p))})  # noqa: S307
+    raise AssertionError('setup.py has no data_files')
+
+
+def installed(folder: str) -> Set[str]:
+    """Return the names of the files setup.py installs into share/<package>/<folder>."""
+    return {Path(p).name for target, files in setup_data_files()
+            if target == f'share/{PACKAGE}/{folder}' for p in files}
+
+
+def setup_nodes() -> List[str]:
+    """Return the console-script node names of setup.py's NODES list."""
+    for node in ast.walk(_setup_tree()):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], 'id', '') == 'NODES':
+            return [element.value for element in node.value.elts]
+    raise AssertionError('setup.py has no NODES list')
+
+
+def keywords(path: str, keyword: str) -> list:
+    """Return the constant values of `keyword=` arguments of every call in `path`."""
+    tree = ast.parse((ROOT / path).read_text())
+    return [kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+            for kw in node.keywords if kw.arg == keyword and isinstance(kw.value, ast.Constant)]
+
+
+def load_launch_description(path: str):
+    """Import a launch file and build its description; skip where launch is not importable."""
+    pytest.importorskip('launch')
+    pytest.importorskip('launch_ros')
+    spec = importlib.util.spec_from_file_location('launch_under_test', ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.generate_launch_description()
