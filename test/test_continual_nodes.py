@@ -11,6 +11,7 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
+import psutil
 import pytest
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, load_checkpoint
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
@@ -154,8 +155,13 @@ def test_kill_9_resume_corrupt_fallback_and_predictor_reload(tmp_path):
             assert probe.wait_ready(), log.read_text()
             stamp = stream(probe, 400, 10**9)
             assert wait_for(lambda: len(folder.paths()) >= 2, 30), log.read_text()
+            children = psutil.Process(process.pid).children(recursive=True)
+            assert children, 'the trainer runs in a child process by default'
             os.kill(process.pid, signal.SIGKILL)   # no chance to clean up
             process.wait(10)
+            # The trainer process dies with the node: no orphan keeps writing checkpoints.
+            _, alive = psutil.wait_procs(children, timeout=10)
+            assert not alive, alive
     finally:
         stop_node(process)
     paths = folder.paths()

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 import re
 import tempfile
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.registry import build_model
@@ -94,15 +94,31 @@ def load_checkpoint(path: Path, joint_names: Optional[Sequence[str]] = None,
     except Exception as error:  # torch raises several types for truncated or foreign files
         raise ValueError(f'{path}: not a readable checkpoint ({type(error).__name__}: {error})'
                          ) from error
+    return LoadedCheckpoint(*model_from_payload(payload, joint_names, model_type, config,
+                                                source=str(path)), path)
+
+
+def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None,
+                       model_type: Optional[str] = None,
+                       config: Optional[Dict[str, Any]] = None, source: str = 'checkpoint'
+                       ) -> Tuple[DynamicsModel, str, Dict[str, Any], List[str],
+                                  Dict[str, Any]]:
+    """
+    Rebuild the model of a `checkpoint_payload` dict through the registry (eval mode).
+
+    Returns (model, model_type, config, joint_names, metadata). joint_names, model_type,
+    config: what the caller expects; a difference is a ValueError naming `source` and what
+    differs.
+    """
     if not isinstance(payload, dict) or payload.get('format_version') != FORMAT_VERSION:
-        raise ValueError(f'{path}: not a robot_dynamics_learning checkpoint of format '
+        raise ValueError(f'{source}: not a robot_dynamics_learning checkpoint of format '
                          f'{FORMAT_VERSION}')
     saved_joints = list(payload['joint_names'])
     if joint_names is not None and list(joint_names) != saved_joints:
-        raise ValueError(f'{path}: joint names {saved_joints} do not match the expected '
+        raise ValueError(f'{source}: joint names {saved_joints} do not match the expected '
                          f'{list(joint_names)} (order matters)')
     if model_type is not None and model_type != payload['model_type']:
-        raise ValueError(f"{path}: model type '{payload['model_type']}' does not match the "
+        raise ValueError(f"{source}: model type '{payload['model_type']}' does not match the "
                          f"expected '{model_type}'")
     dims = payload['dims']
     model = build_model(payload['model_type'], payload['config'], dims['n_obs'], dims['n_act'],
@@ -112,15 +128,25 @@ def load_checkpoint(path: Path, joint_names: Optional[Sequence[str]] = None,
         if expected != payload['config']:
             diff = {key: (payload['config'].get(key), value) for key, value in expected.items()
                     if payload['config'].get(key) != value}
-            raise ValueError(f'{path}: config differs from the expected one (saved, expected): '
+            raise ValueError(f'{source}: config differs from the expected one (saved, expected): '
                              f'{diff}')
     if model.target_convention != payload['target_convention']:
-        raise ValueError(f"{path}: target convention '{payload['target_convention']}' differs "
+        raise ValueError(f"{source}: target convention '{payload['target_convention']}' differs "
                          f"from this code's '{model.target_convention}'")
     model.load_state_dict(payload['state_dict'])
     model.eval()
-    return LoadedCheckpoint(model, payload['model_type'], payload['config'], saved_joints,
-                            payload['metadata'], path)
+    return model, payload['model_type'], payload['config'], saved_joints, payload['metadata']
+
+
+def save_to_directory(directory: 'CheckpointDirectory', joint_names: Sequence[str],
+                      model: DynamicsModel, metadata: Dict[str, Any]) -> Path:
+    """
+    Save `model` as the next checkpoint of `directory` for `joint_names`.
+
+    A module-level function, so `functools.partial(save_to_directory, directory, names)` is
+    the `save(model, metadata)` callable of a continual trainer, picklable for its process.
+    """
+    return directory.save(model, joint_names, metadata)
 
 
 class CheckpointDirectory:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import functools
 import threading
 import time
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
@@ -201,6 +201,8 @@ class ContinualTrainer:
         self.busy_seconds = 0.0
         self.checkpoints_written = 0
         self.last_error = ''
+        # Called with every new `Published` copy (a trainer process sends it to its parent).
+        self.on_publish: Optional[Callable[[Published], None]] = None
 
     def _snapshot(self) -> DynamicsModel:
         snapshot = copy.deepcopy(self.model).eval()
@@ -217,16 +219,25 @@ class ContinualTrainer:
         """Start the trainer thread (daemon: a dying process does not wait for it)."""
         if self._thread is not None:
             raise RuntimeError('trainer already started')
-        self._thread = threading.Thread(target=self._run, name='continual_trainer',
+        self._thread = threading.Thread(target=self.run_until_stopped, name='continual_trainer',
                                         daemon=True)
         self._thread.start()
 
     def stop(self, checkpoint: bool = True, timeout: float = 10.0) -> None:
         """Stop the thread after its current step; write a final checkpoint if asked."""
-        self._stop.set()
+        self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout)
-        if checkpoint and self._save is not None and self._steps_this_run:
+        if checkpoint:
+            self.checkpoint_now()
+
+    def request_stop(self) -> None:
+        """Make `run_until_stopped` return after the current update."""
+        self._stop.set()
+
+    def checkpoint_now(self) -> None:
+        """Write a checkpoint if there is a save function and this run trained at all."""
+        if self._save is not None and self._steps_this_run:
             self._checkpoint()
 
     def _budget_allows(self) -> bool:
@@ -303,7 +314,8 @@ class ContinualTrainer:
             done += 1
         return done
 
-    def _run(self) -> None:
+    def run_until_stopped(self) -> None:
+        """Train within the budget until `request_stop` (the body of the trainer thread)."""
         last_checkpoint = time.monotonic()
         pause = 1.0 / self.config.max_cpu_share - 1.0
         while not self._stop.is_set():
@@ -369,6 +381,9 @@ class ContinualTrainer:
             seq = first + observations.shape[0]
         with self._lock:
             self._published = Published(self._published.version + 1, snapshot, state, seq)
+            published = self._published
+        if self.on_publish is not None:
+            self.on_publish(published)
 
     def _checkpoint(self) -> None:
         try:
@@ -436,8 +451,8 @@ class StreamingPredictor:
         return mean[0].numpy(), None if variance is None else variance[0].numpy()
 
 
-def _save_with_physics(save: SaveFunction, physics: Any, model: DynamicsModel,
-                       metadata: dict) -> object:
+def save_with_physics(save: SaveFunction, physics: Any, model: DynamicsModel,
+                      metadata: dict) -> object:
     """Write the current payload estimate into the snapshot, then checkpoint it."""
     model.payload.copy_(torch.from_numpy(physics.state()))
     return save(model, metadata)
@@ -457,7 +472,8 @@ class ContinualLearner:
 
     `observe` is what a message callback calls: O(1) apart from one `model.step` (and, for
     a model with `split_physics` (the hybrid), one rigid-body regressor and RLS step).
-    Training happens in the trainer thread started by `start()`.
+    Training happens in the trainer thread started by `start()` (in a process of its own
+    with `learning.trainer_process.ProcessLearner`).
     """
 
     def __init__(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
@@ -469,16 +485,34 @@ class ContinualLearner:
         # network then learns tau - physics, stored with the payload estimate of its time.
         split = getattr(model, 'split_physics', None)
         self.physics = split() if split is not None else None
-        if self.physics is not None and save is not None:
-            save = functools.partial(_save_with_physics, save, self.physics)
-        self.buffer = StreamingBuffer(n_obs, n_act, n_target, config.buffer, rng)
-        self.trainer = ContinualTrainer(model, self.buffer, config.trainer, save,
-                                        fit_normalization, start_step)
+        self.buffer: Optional[StreamingBuffer] = None
+        self.trainer = self._make_trainer(model, n_obs, n_act, n_target, rng, save,
+                                          fit_normalization, start_step)
         self.predictor = StreamingPredictor(self.trainer.published, n_obs, n_act,
                                             config.buffer.window)
         self.trainer.history = self.predictor.history
         self.prequential = PrequentialError(n_target, config.trainer.prequential_window)
         self._n_act = n_act
+
+    def _make_trainer(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
+                      rng: np.random.Generator, save: Optional[SaveFunction],
+                      fit_normalization: bool, start_step: int) -> Any:
+        """Return the trainer: a `ContinualTrainer` thread on a local buffer."""
+        if self.physics is not None and save is not None:
+            save = functools.partial(save_with_physics, save, self.physics)
+        self.buffer = StreamingBuffer(n_obs, n_act, n_target, self.config.buffer, rng)
+        return ContinualTrainer(model, self.buffer, self.config.trainer, save,
+                                fit_normalization, start_step)
+
+    def _store(self, stamp: float, observation: np.ndarray, action: np.ndarray,
+               target: Optional[np.ndarray]) -> None:
+        """Keep a predicted sample for training (target None: it has no torque)."""
+        if target is not None:
+            self.buffer.append(stamp, observation, action, target)
+
+    def _buffer_counts(self) -> Dict[str, int]:
+        return {'samples': self.buffer.total, 'segment_breaks': self.buffer.breaks,
+                'reservoir_windows': self.buffer.reservoir_size}
 
     def start(self) -> None:
         """Start training in the background."""
@@ -507,7 +541,7 @@ class ContinualLearner:
         mean, variance = self.predictor.predict(observation, act if self._n_act else None)
         if target is not None:
             self.prequential.update(mean, target)
-            self.buffer.append(stamp, observation, act, target)
+        self._store(stamp, observation, act, target)
         return mean, variance
 
     def _observe_split(self, stamp: float, observation: np.ndarray, action: np.ndarray,
@@ -516,17 +550,18 @@ class ContinualLearner:
         physics = self.physics.predict(observation)
         residual, variance = self.predictor.predict(observation, action if self._n_act else None)
         mean = residual + physics
-        if target is not None:
-            self.prequential.update(mean, target)
-            self.buffer.append(stamp, observation, action, target - physics)
-            self.physics.update(target - residual)
+        if target is None:
+            self._store(stamp, observation, action, None)
+            return mean, variance
+        self.prequential.update(mean, target)
+        self._store(stamp, observation, action, target - physics)
+        self.physics.update(target - residual)
         return mean, variance
 
     def diagnostics(self) -> dict:
         """Return counters and metrics (floats and ints) for the log and the status topic."""
         trainer = self.trainer
-        return {'samples': self.buffer.total, 'segment_breaks': self.buffer.breaks,
-                'reservoir_windows': self.buffer.reservoir_size, 'train_steps': trainer.steps,
+        return {**self._buffer_counts(), 'train_steps': trainer.steps,
                 'rejected_steps': trainer.rejected_steps, 'training_loss': trainer.last_loss,
                 'renormalizations': trainer.renormalizations,
                 'prequential_nmse': self.prequential.nmse(),

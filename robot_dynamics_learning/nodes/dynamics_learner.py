@@ -28,17 +28,18 @@ from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.buffer import BufferConfig
-from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
+from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, save_to_directory
 from robot_dynamics_learning.learning.continual import (ContinualLearner,
                                                         InverseDynamicsStream, LearnerConfig,
                                                         TrainerConfig)
 from robot_dynamics_learning.learning.prequential import LatencyLog, Recorder
+from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
                                                        JointStateParser,
                                                        PredictedTorquePublisher, stamp_to_ns)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
-from robot_dynamics_learning.nodes.runtime import spin_node
+from robot_dynamics_learning.nodes.runtime import spin_node, take_pending
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.arm import find_urdf
 from sensor_msgs.msg import JointState
@@ -98,7 +99,9 @@ class DynamicsLearnerNode(Node):
         qos = QoSProfile(depth=get('queue_depth').value,
                          reliability=qos_profile_sensor_data.reliability,
                          durability=qos_profile_sensor_data.durability)
-        self.create_subscription(JointState, 'joint_states', self._on_joint_state, qos)
+        self.drain_max = get('drain_max').value
+        self.subscription = self.create_subscription(JointState, 'joint_states',
+                                                     self._on_joint_state, qos)
         if self.torque_source == 'command':
             self.create_subscription(Float64MultiArray, get('command_topic').value,
                                      self._on_command, 10)
@@ -154,10 +157,16 @@ class DynamicsLearnerNode(Node):
         declare('diagnostics_period_s', 1.0, 'seconds between diagnostics', 0.01, 3600.0)
         declare('queue_depth', 20, 'joint_states subscription queue (best effort): messages '
                 'absorbed in a burst; also the most a backlog can delay them', 1, 10000)
+        declare('drain_max', 20, 'queued joint states handled in one callback after a stall '
+                '(0: one per executor round trip)', 0, 10000)
         declare('torch_threads', 1, 'torch intra-op threads (training shares the CPU)', 1, 64)
-        declare('train_cpu_share', 0.5, 'share of one core the trainer thread may use (it '
-                'pauses between updates); leaves the callback room at 1 kHz on a small CPU',
-                0.01, 1.0)
+        declare('train_cpu_share', 0.5, 'share of one core the trainer may use (it pauses '
+                'between updates); leaves the callback room at 1 kHz on a small CPU', 0.01, 1.0)
+        declare('trainer_process', True, 'train in a child process (true) instead of a thread '
+                "of this one: the callback then never waits for the trainer's interpreter "
+                'lock, and training runs at a lower CPU priority (trainer_nice)')
+        declare('trainer_nice', 10, 'niceness of the trainer process (0-19): training yields '
+                'the CPU to this node, the robot driver and the controller', 0, 19)
         declare('seed', 0, 'random seed of the buffer sampling and model initialisation')
         declare('record_path', '', 'write the newest record_max_samples (stamp, measured '
                 'torque, prediction, prequential nMSE) to this .npz at shutdown; empty: off')
@@ -203,19 +212,22 @@ class DynamicsLearnerNode(Node):
                           prequential_window=get('prequential_window').value,
                           renormalize_factor=get('renormalize_factor').value,
                           max_cpu_share=get('train_cpu_share').value))
-        save = None
-        if self.checkpoints is not None:
-            directory = self.checkpoints
-
-            def save_checkpoint(snapshot, metadata):
-                return directory.save(snapshot, names, metadata)
-            save = save_checkpoint
+        save = (None if self.checkpoints is None
+                else functools.partial(save_to_directory, self.checkpoints, names))
 
         if get('record_path').value:
             self.record = Recorder(get('record_max_samples').value, n)
-        self.learner = ContinualLearner(model, 3 * n, n, n, config,
-                                        np.random.default_rng(get('seed').value), save=save,
-                                        fit_normalization=not fitted, start_step=start_step)
+        rng = np.random.default_rng(get('seed').value)
+        if get('trainer_process').value:
+            self.learner = ProcessLearner(
+                model, 3 * n, n, n, config, rng, save=save, fit_normalization=not fitted,
+                start_step=start_step,
+                process=ProcessConfig(nice=get('trainer_nice').value,
+                                      threads=get('torch_threads').value))
+        else:
+            self.learner = ContinualLearner(model, 3 * n, n, n, config, rng, save=save,
+                                            fit_normalization=not fitted,
+                                            start_step=start_step)
         self.stream = InverseDynamicsStream(n, CausalDifferentiator(
             n, window=get('accel_window').value))
         if self.command_parser.size is None:
@@ -229,6 +241,16 @@ class DynamicsLearnerNode(Node):
             self._last_command = result.value
 
     def _on_joint_state(self, msg: JointState) -> None:
+        self._handle_joint_state(msg)
+        # Messages that queued up meanwhile (after a stall) are handled here, not one
+        # executor round trip each: the backlog drains about twice as fast.
+        for _ in range(self.drain_max):
+            msg = take_pending(self.subscription)
+            if msg is None:
+                return
+            self._handle_joint_state(msg)
+
+    def _handle_joint_state(self, msg: JointState) -> None:
         received = time.perf_counter()
         if self._is_time_reset(msg):
             self.parser.reset()
