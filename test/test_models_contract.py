@@ -1,8 +1,10 @@
 """Contract tests run over every learned model of the registry (shapes, gradients, streaming)."""
 import math
 
+import numpy as np
 import pytest
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
+from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
 from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.registry import build_model, MODEL_TYPES
 import torch
@@ -95,6 +97,37 @@ def test_streaming_step_matches_window_forward(case):
             torch.testing.assert_close(out.variance, expected.variance[:, t], atol=1e-4,
                                        rtol=1e-4)
         assert not out.prediction.requires_grad
+
+
+@pytest.mark.parametrize('case, config', [('lstm', {'hidden_size': 8, 'num_layers': 2}),
+                                          ('hybrid', SMALL['hybrid'] | {'learn_friction': False})])
+def test_numpy_stepper_matches_the_torch_step(case, config):
+    """The node's per-message numpy path computes what `step` computes (after a hand-over)."""
+    torch.manual_seed(1)
+    model = build_model(case, config, 3 * D, D, D)
+    batch = _model_and_batch(case)[1]
+    model.fit_normalization(batch)
+    if case == 'hybrid':
+        assert model.numpy_stepper() is None      # physics in the step: no numpy twin
+        model.split_physics()
+    model.eval()
+    stepper = model.numpy_stepper()
+    state = model.init_state(1)
+    for t in range(3):                            # a state handed over mid-stream
+        state = model.step(state, batch.observations[:1, t]).state
+    numpy_state = stepper.state_from(state)
+    for t in range(3, batch.observations.shape[1]):
+        out = model.step(state, batch.observations[:1, t])
+        state = out.state
+        mean, numpy_state = stepper.step(numpy_state, batch.observations[0, t].numpy())
+        torch.testing.assert_close(torch.from_numpy(mean), out.prediction[0], atol=1e-5,
+                                   rtol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(numpy_state), torch.stack(
+            [state.h[:, 0], state.c[:, 0]]), atol=1e-5, rtol=1e-5)
+    predictor = StreamingPredictor(lambda: Published(1, model), 3 * D, D)
+    assert predictor.predict(batch.observations[0, 0].numpy())[0].shape == (D,)
+    with pytest.raises(ValueError, match='finite'):
+        predictor.predict(np.full(3 * D, np.nan))
 
 
 @pytest.mark.parametrize('case', CASES)

@@ -403,15 +403,25 @@ class StreamingPredictor:
     the new model's state is rebuilt: from the state the trainer computed on this history up
     to sample `seq`, stepping only the few samples since; or, without one, by running the new
     model over the whole history (`history_size` samples, e.g. one training window).
+    A model with a `numpy_stepper()` (the LSTM and the split hybrid) is stepped through it:
+    the same math without torch's per-call dispatch.
     """
 
     def __init__(self, source: Callable[[], Published], n_obs: int, n_act: int,
                  history_size: int = 32) -> None:
         self._source = source
+        self._n_obs = n_obs
         self.history = ObservationHistory(n_obs, n_act, history_size)
         published = source()
-        self._version, self._model = published.version, published.model
-        self._state = self._model.init_state(1)
+        self._version = published.version
+        self._adopt(published.model, published.model.init_state(1))
+
+    def _adopt(self, model: DynamicsModel, state: Any) -> None:
+        """Use `model` from now on, continuing from its (torch) `state`."""
+        self._model = model
+        make = getattr(model, 'numpy_stepper', None)
+        self._stepper = make() if make is not None else None
+        self._state = state if self._stepper is None else self._stepper.state_from(state)
 
     @property
     def version(self) -> int:
@@ -420,7 +430,7 @@ class StreamingPredictor:
 
     def reset(self) -> None:
         """Forget the recurrent state (after a gap, a reset or time going backwards)."""
-        self._state = self._model.init_state(1)
+        self._adopt(self._model, self._model.init_state(1))
         self.history.reset()
 
     def predict(self, observation: np.ndarray,
@@ -435,19 +445,27 @@ class StreamingPredictor:
             observations, actions, first = self.history.since(seq or 0)
             if seq is not None and first != seq:   # the history moved past it: warm up anew
                 state = model.init_state(1)
-            self._state, output = _replay(model, state, observations, actions)
-            self._version, self._model = published.version, model
-        else:
-            # from_numpy on a fresh float32 row: no dtype dispatch in torch, and no buffer a
-            # model could keep in its state and see overwritten by the next message.
-            obs = torch.from_numpy(np.asarray(observation, np.float32).reshape(1, -1))
-            act = (None if action is None
-                   else torch.from_numpy(np.asarray(action, np.float32).reshape(1, -1)))
-            with torch.inference_mode():
-                step = self._model.step(self._state, obs, act)
-            self._state = step.state
-            output = (step.prediction, step.variance)
-        mean, variance = output
+            state, output = _replay(model, state, observations, actions)
+            self._version = published.version
+            self._adopt(model, state)
+            mean, variance = output
+            return mean[0].numpy(), None if variance is None else variance[0].numpy()
+        if self._stepper is not None:
+            observation = np.asarray(observation, np.float32)
+            if observation.shape != (self._n_obs,) or not np.isfinite(observation).all():
+                raise ValueError(f'observation must be {self._n_obs} finite values, got '
+                                 f'{observation}')
+            mean, self._state = self._stepper.step(self._state, observation)
+            return mean, None
+        # from_numpy on a fresh float32 row: no dtype dispatch in torch, and no buffer a
+        # model could keep in its state and see overwritten by the next message.
+        obs = torch.from_numpy(np.asarray(observation, np.float32).reshape(1, -1))
+        act = (None if action is None
+               else torch.from_numpy(np.asarray(action, np.float32).reshape(1, -1)))
+        with torch.inference_mode():
+            step = self._model.step(self._state, obs, act)
+        self._state = step.state
+        mean, variance = step.prediction, step.variance
         return mean[0].numpy(), None if variance is None else variance[0].numpy()
 
 

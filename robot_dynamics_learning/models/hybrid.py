@@ -32,7 +32,7 @@ from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, Sequ
                                                  StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, ModelConfig,
                                                    Normalizer)
-from robot_dynamics_learning.models.lstm import lstm_step, LSTMState
+from robot_dynamics_learning.models.lstm import lstm_step, LSTMState, NumpyLSTMStepper
 import torch
 from torch import nn
 
@@ -427,6 +427,12 @@ class HybridInverse(DynamicsModel):
             if not self.residual_only:
                 tau = tau + self._physics(observation)
         return StepOutput(tau, None, LSTMState(h, c))
+
+    def numpy_stepper(self) -> Optional[NumpyLSTMStepper]:
+        """Return the numpy twin of `step` once split (residual only); None before."""
+        if not self.residual_only:
+            return None
+        return NumpyLSTMStepper(self.lstm, self.head, self.input_norm, self.residual_norm)
 
     def _residual(self, batch: SequenceBatch) -> torch.Tensor:
         out, _ = self.lstm(self.input_norm.normalize(batch.observations))

@@ -8,9 +8,10 @@ Streaming `step` carries (h, c) and runs without autograd.
 import dataclasses
 from typing import NamedTuple, Optional, Tuple
 
+import numpy as np
 from robot_dynamics_learning.models.base import Prediction, SequenceBatch, StepOutput
 from robot_dynamics_learning.models.common import (check_batch, check_step_input,
-                                                   InverseModel, ModelConfig)
+                                                   InverseModel, ModelConfig, Normalizer)
 import torch
 from torch import nn
 
@@ -55,6 +56,58 @@ def lstm_step(lstm: nn.LSTM, x: torch.Tensor, state: LSTMState
     return x, torch.stack(hs), torch.stack(cs)
 
 
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().to(torch.float32).numpy().copy()
+
+
+class NumpyLSTMStepper:
+    """
+    One streaming step of normaliser -> LSTM -> linear read-out -> denormaliser, in numpy.
+
+    Why: for one sample per message a torch step is mostly dispatch (about 70 us at hidden 64
+    for a few us of arithmetic), and each torch call also hands the GIL over. Numpy
+    matrix-vector products do the same float32 math (gate order i, f, g, o, as
+    `torch.lstm_cell`; checked against `step` in the tests) in about a fifth of the time.
+    The weights are copied at construction: build a new stepper for new weights.
+    state: (2, num_layers, hidden) float32, h then c, for one stream.
+    """
+
+    def __init__(self, lstm: nn.LSTM, head: nn.Linear, input_norm: Normalizer,
+                 output_norm: Normalizer) -> None:
+        self._layers = [(_numpy(getattr(lstm, f'weight_ih_l{k}')),
+                         _numpy(getattr(lstm, f'weight_hh_l{k}')),
+                         _numpy(getattr(lstm, f'bias_ih_l{k}') + getattr(lstm, f'bias_hh_l{k}')))
+                        for k in range(lstm.num_layers)]
+        self._hidden = lstm.hidden_size
+        self._head = (_numpy(head.weight), _numpy(head.bias))
+        self._input = (_numpy(input_norm.mean), _numpy(input_norm.std))
+        self._output = (_numpy(output_norm.mean), _numpy(output_norm.std))
+
+    def init_state(self) -> np.ndarray:
+        """Return the zero state."""
+        return np.zeros((2, len(self._layers), self._hidden), np.float32)
+
+    def state_from(self, state: 'LSTMState') -> np.ndarray:
+        """Convert a batch-1 `LSTMState` of the torch model."""
+        return np.stack([_numpy(state.h[:, 0]), _numpy(state.c[:, 0])])
+
+    def step(self, state: np.ndarray, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Return (output (n_out,) float64, next state) for one input (n_in,)."""
+        mean, std = self._input
+        x = (np.asarray(observation, np.float32) - mean) / std
+        new = np.empty_like(state)
+        n = self._hidden
+        for layer, (w_ih, w_hh, bias) in enumerate(self._layers):
+            gates = w_ih @ x + w_hh @ state[0, layer] + bias
+            sigmoid = 1.0 / (1.0 + np.exp(-gates))
+            c = sigmoid[n:2 * n] * state[1, layer] + sigmoid[:n] * np.tanh(gates[2 * n:3 * n])
+            x = sigmoid[3 * n:] * np.tanh(c)
+            new[0, layer], new[1, layer] = x, c
+        weight, bias = self._head
+        mean, std = self._output
+        return (weight @ x + bias) * std + mean, new
+
+
 class LSTMInverseDynamics(InverseModel):
     """
     Inverse dynamics tau_t = f(x_1..x_t) with an LSTM.
@@ -87,6 +140,10 @@ class LSTMInverseDynamics(InverseModel):
             tau = self.target_norm.denormalize(
                 torch.addmm(self.head.bias, x, self.head.weight.t()))
         return StepOutput(tau, None, LSTMState(h, c))
+
+    def numpy_stepper(self) -> NumpyLSTMStepper:
+        """Return the numpy twin of `step` for one stream (the node's per-message path)."""
+        return NumpyLSTMStepper(self.lstm, self.head, self.input_norm, self.target_norm)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau for every step of the windows, starting from a zero state."""
