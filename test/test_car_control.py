@@ -230,9 +230,7 @@ def test_fused_rollout_computes_the_mlp_velocity_sequence(mlp):
         for i in range(20):
             chained.append(mlp.velocity_step(chained[-1], actions[:, i]))
     assert torch.allclose(expected, torch.stack(chained[1:], dim=1), atol=1e-5)
-    for keep in (False, True):
-        assert torch.allclose(fused.velocities(v0, actions, keep=keep).transpose(0, 1),
-                              expected, atol=1e-5)
+    assert torch.allclose(fused.velocities(v0, actions).transpose(0, 1), expected, atol=1e-5)
     recorded, tape = fused.record(v0, actions)
     assert torch.allclose(recorded.transpose(0, 1), expected, atol=1e-5)
     kept, kept_tape = fused.recorded(4)
@@ -260,6 +258,30 @@ def test_fused_reverse_pass_matches_autograd(mlp):
     assert torch.allclose(mine_v0, grad_v0, rtol=0, atol=1e-5 * float(grad_v0.abs().max()))
 
 
+def test_track_cost_reverse_pass_matches_autograd(mlp):
+    """The hand-written reverse pass of the track costs equals autograd (float64, 1e-5)."""
+    track = Track(load_track_spec(OVAL))
+    mpc = TrackMPC(mlp, track, MPCConfig(budget_s=10.0, throttle_limits=(0.0, 0.8)))
+    x, y, yaw = track.pose_at(2.0)
+    x0, s0, previous, window = mpc._tick_inputs(np.array([x, y, yaw, 1.2, 0.1, 0.3]))
+    x0, s0, previous = x0.double(), s0.double(), previous.double()
+    window = tuple(part.double() for part in window)
+    generator = torch.Generator().manual_seed(2)
+    velocities = torch.tensor([1.5, 0.1, 0.8], dtype=torch.float64) + 0.3 * torch.randn(
+        3, 20, 3, dtype=torch.float64, generator=generator)
+    # beyond the limits in places (barrier active); the paths leave the centre line
+    u = torch.rand(3, 20, 2, dtype=torch.float64, generator=generator) * 2.4 - 1.2
+    v_leaf, u_leaf = velocities.clone().requires_grad_(True), u.clone().requires_grad_(True)
+    expected = mpc._track_cost(v_leaf, u_leaf, x0, s0, previous, window)
+    grad_v, grad_u = torch.autograd.grad(expected.sum(), (v_leaf, u_leaf))
+    cost, mine_v, mine_u = mpc._track_cost_grad(velocities, u, x0, s0, previous, window)
+    assert torch.allclose(cost, expected.detach(), rtol=1e-12, atol=0)
+    for mine, reference in ((mine_v, grad_v), (mine_u, grad_u)):
+        scale = float(reference.abs().max())
+        assert scale > 1e-3
+        assert torch.allclose(mine, reference, rtol=0, atol=1e-5 * scale)
+
+
 def test_fast_mpc_cost_and_gradient_match_the_autograd_path(mlp):
     track = Track(load_track_spec(OVAL))
     fast = TrackMPC(mlp, track, MPCConfig(budget_s=10.0))
@@ -267,7 +289,7 @@ def test_fast_mpc_cost_and_gradient_match_the_autograd_path(mlp):
     assert fast.fused is not None and reference.fused is None
     x, y, yaw = track.pose_at(2.0)
     state = np.array([x, y, yaw, 1.2, 0.1, 0.3])
-    cost_fn, grad_fn = fast.fast_closures(state)
+    cost_fn, grad_fn, predict_fn = fast.fast_closures(state)
     reference_fn = reference.cost_closure(state)
     u = fast.warm_start() + 0.2 * torch.randn(20, 2)
     variable = u.clone().requires_grad_(True)
@@ -287,6 +309,13 @@ def test_fast_mpc_cost_and_gradient_match_the_autograd_path(mlp):
     assert torch.allclose(hinted, direct, atol=1e-6 * float(direct.abs().max()))
     result = fast.solve(state)
     assert result.ok and result.iterations >= 1 and result.cost < float(value.detach()) + 1e3
+    with torch.no_grad():  # the predicted states come from the kept passes: the same rollout
+        rollout = mlp.rollout(torch.tensor(state, dtype=torch.float32).view(1, 6),
+                              torch.tensor(result.plan, dtype=torch.float32)[None]).mean[0]
+    assert np.allclose(result.predicted, rollout.numpy(), atol=1e-4)
+    assert np.allclose(predict_fn(u).numpy(), reference.model.rollout(
+        torch.tensor(state, dtype=torch.float32).view(1, 6), u[None]).mean[0].numpy(),
+        atol=1e-4)  # not from a kept pass: rolled out
 
 
 def test_scenario_refinement_records_plans_and_fine_tunes(mlp):

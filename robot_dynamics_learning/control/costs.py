@@ -2,7 +2,9 @@
 Trajectory costs of seed 003 (Sec. III-B) plus the race-track costs of its online experiment.
 
 Shapes: states (K, H, 6) [x, y, yaw, vx, vy, r] predicted for K candidate control sequences
-(K, H, 2); every cost returns (K,). All are differentiable (the optimiser backpropagates).
+(K, H, 2); every cost returns (K,). All are differentiable (the optimiser backpropagates);
+the control costs also have their gradients written out (`*_grad`, for the MPC's
+hand-written reverse pass, checked against autograd in the tests).
 """
 from typing import Dict, Optional, Sequence
 
@@ -41,12 +43,31 @@ def regularizer(controls: torch.Tensor, previous: Optional[torch.Tensor] = None,
     return total
 
 
+def regularizer_grad(controls: torch.Tensor, previous: Optional[torch.Tensor] = None,
+                     magnitude: float = 1.0, rate: float = 1.0) -> torch.Tensor:
+    """Gradient (K, H, 2) of `regularizer` with respect to the (K, H, 2) controls."""
+    grad = (2.0 * magnitude) * controls
+    diffs = (2.0 * rate) * (controls[:, 1:] - controls[:, :-1])
+    grad[:, 1:] += diffs
+    grad[:, :-1] -= diffs
+    if previous is not None:
+        grad[:, 0] += (2.0 * rate) * (controls[:, 0] - previous)
+    return grad
+
+
 def limit_barrier(controls: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
                   weight: float = 100.0) -> torch.Tensor:
     """Eq. 6: one-sided quadratic barriers B(z) = max(z, 0)^2 on u_l - u and u - u_b."""
     below = torch.clamp(lower - controls, min=0.0)
     above = torch.clamp(controls - upper, min=0.0)
     return weight * (below ** 2 + above ** 2).sum((1, 2))
+
+
+def limit_barrier_grad(controls: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
+                       weight: float = 100.0) -> torch.Tensor:
+    """Gradient (K, H, 2) of `limit_barrier` with respect to the (K, H, 2) controls."""
+    return (2.0 * weight) * (torch.clamp(controls - upper, min=0.0)
+                             - torch.clamp(lower - controls, min=0.0))
 
 
 def progress_cost(progress: torch.Tensor, speeds: torch.Tensor, target_speed: float,

@@ -6,12 +6,12 @@ controls with `LineSearchOptimizer` on progress, speed, track-excursion, regular
 limit-barrier costs evaluated through the model's rollout, and return the first command
 clipped to the hard limits. With the seed's MLP (`CarMLP`) the solver runs the fast path:
 `FusedRollout` evaluates the 512 line-search candidates without autograd in reused buffers
-and gives the gradient by its hand-written reverse pass (only the track costs after the
-velocity recurrence go through autograd, at batch 1); other models, `fast=False` and
-`compiled` use autograd through the whole rollout (the reference path). The wrapper owns
-horizon, bounds, warm start and failure handling: a non-finite state, a failed optimisation
-or a non-finite command gives the brake command with the reason, and a solve over its time
-budget is flagged (`ok` False) so that the caller brakes.
+and gives the gradient by its hand-written reverse pass, the track costs by theirs
+(`_track_cost_grad`; autograd only through the projection, at batch 1); other models,
+`fast=False` and `compiled` use autograd through the whole rollout (the reference path).
+The wrapper owns horizon, bounds, warm start and failure handling: a non-finite state, a
+failed optimisation or a non-finite command gives the brake command with the reason, and a
+solve over its time budget is flagged (`ok` False) so that the caller brakes.
 """
 from dataclasses import dataclass
 import math
@@ -20,7 +20,8 @@ from typing import Callable, NamedTuple, Optional, Tuple
 
 import numpy as np
 from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
-                                                   progress_cost, regularizer)
+                                                   limit_barrier_grad, progress_cost,
+                                                   regularizer, regularizer_grad)
 from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
 from robot_dynamics_learning.control.track import Track
 from robot_dynamics_learning.models.car_common import CarModel, integrate_poses
@@ -86,6 +87,11 @@ class MPCConfig:
         high = np.array([self.throttle_limits[1], self.steering_limits[1]])
         return bool(np.all(np.isfinite(command)) and np.all(command >= low)
                     and np.all(command <= high))
+
+
+def _reverse_cumsum(values: torch.Tensor) -> torch.Tensor:
+    """Sum from each step to the last along dim 1: out_i = sum_{j >= i} values_j."""
+    return torch.flip(torch.cumsum(torch.flip(values, [1]), dim=1), [1])
 
 
 class MPCResult(NamedTuple):
@@ -177,6 +183,56 @@ class TrackMPC:
                 + regularizer(u, previous, cfg.magnitude_weight, cfg.rate_weight)
                 + limit_barrier(u, self.lower, self.upper, cfg.barrier_weight))
 
+    def _track_cost_grad(self, velocities: torch.Tensor, u: torch.Tensor, x0: torch.Tensor,
+                         s0: torch.Tensor, previous: torch.Tensor, window: tuple
+                         ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """
+        `_track_cost` (K,) and its gradients for (K, H, 3) velocities and (K, H, 2) controls.
+
+        For the gradient passes (K = 1), where autograd's per-node cost dominates: the pose
+        integration (`integrate_poses`, same operations) is reversed by hand with reverse
+        cumulative sums, the control costs by their `*_grad`; autograd only runs through the
+        projection and the progress and excursion costs (about 20 nodes instead of 60).
+        """
+        cfg, h = self.config, self.model.h
+        batch = u.shape[0]
+        with torch.no_grad():
+            v0 = x0[:, 3:].view(1, 1, 3).expand(batch, 1, 3)
+            mean = 0.5 * (torch.cat([v0, velocities[:, :-1]], dim=1) + velocities)
+            dyaw = h * mean[..., 2]
+            yaw_mid = x0[:, 2:3] + torch.cumsum(dyaw, dim=1) - 0.5 * dyaw
+            c, s = torch.cos(yaw_mid), torch.sin(yaw_mid)
+            step_x = h * (c * mean[..., 0] - s * mean[..., 1])
+            step_y = h * (s * mean[..., 0] + c * mean[..., 1])
+            xy = torch.stack([x0[:, 0:1] + torch.cumsum(step_x, dim=1),
+                              x0[:, 1:2] + torch.cumsum(step_y, dim=1)], dim=-1)
+        xy.requires_grad_(True)
+        speeds = velocities[..., 0].detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            progress, lateral = Track.project(xy, window)
+            track = (progress_cost(progress[:, -1] - s0, speeds, cfg.target_speed,
+                                   cfg.progress_weight, cfg.speed_weight)
+                     + excursion_cost(lateral, self.track.half_width, cfg.track_margin,
+                                      cfg.excursion_weight, cfg.centre_weight))
+            grad_xy, grad_speeds = torch.autograd.grad(track.sum(), (xy, speeds))
+        with torch.no_grad():
+            cost = (track.detach() + regularizer(u, previous, cfg.magnitude_weight,
+                                                 cfg.rate_weight)
+                    + limit_barrier(u, self.lower, self.upper, cfg.barrier_weight))
+            # x_i = x0 + sum_{j <= i} step_x_j: dcost/dstep_j is the reverse cumulative sum
+            to_x, to_y = _reverse_cumsum(grad_xy[..., 0]), _reverse_cumsum(grad_xy[..., 1])
+            to_mid = to_y * step_x - to_x * step_y  # d step_x/d yaw_mid = -step_y, ...
+            # yaw_mid_i = yaw0 + sum_{j < i} dyaw_j + dyaw_i / 2
+            to_dyaw = _reverse_cumsum(to_mid) - 0.5 * to_mid
+            to_mean = torch.stack([h * (c * to_x + s * to_y), h * (c * to_y - s * to_x),
+                                   h * to_dyaw], dim=-1)
+            grad_v = 0.5 * to_mean  # mean_i = (v_{i-1} + v_i) / 2, v_{-1} = v0 fixed
+            grad_v[:, :-1] += 0.5 * to_mean[:, 1:]
+            grad_v[..., 0] += grad_speeds
+            grad_u = (regularizer_grad(u, previous, cfg.magnitude_weight, cfg.rate_weight)
+                      + limit_barrier_grad(u, self.lower, self.upper, cfg.barrier_weight))
+        return cost, grad_v, grad_u
+
     def _tick_inputs(self, state: np.ndarray) -> tuple:
         """(x0 (1, 6), s0 (1,), previous command (2,), track window) of one tick."""
         x0 = torch.as_tensor(state, dtype=torch.float32).view(1, 6)
@@ -190,21 +246,25 @@ class TrackMPC:
         x0, s0, previous, window = self._tick_inputs(state)
         return lambda u: self._cost_impl(u, x0, s0, previous, *window)
 
-    def fast_closures(self, state: np.ndarray) -> Tuple[Callable, Callable]:
+    def fast_closures(self, state: np.ndarray) -> Tuple[Callable, Callable, Callable]:
         """
-        Build (cost_fn, grad_fn) of the fast path for the current (6,) state.
+        Build (cost_fn, grad_fn, predict_fn) of the fast path for the current (6,) state.
 
-        cost_fn(u (K, H, 2)) -> (K,) without a gradient (the line search; it keeps the
-        forward pass); grad_fn(u (H, 2), hint) -> (cost, dcost/du (H, 2)): the track costs
-        are differentiated by autograd with respect to the predicted velocities and u, the
-        velocity recurrence by `FusedRollout.backward`, from the kept forward pass of line
-        search entry `hint` when given (no second forward pass).
+        cost_fn(u (K, H, 2)) -> (K,) without a gradient (the line search);
+        grad_fn(u (H, 2), hint) -> (cost, dcost/du (H, 2)): the track costs differentiated
+        with respect to the predicted velocities and u by `_track_cost_grad`, the velocity
+        recurrence by `FusedRollout.backward`, from the last line search's entry `hint`
+        when given (its velocities are kept: no second sequential forward pass);
+        predict_fn(u (H, 2)) -> (H, 6) predicted states, taken from the last gradient pass or
+        line search when u is one of their controls (the plan always is), else rolled out.
         """
         x0, s0, previous, window = self._tick_inputs(state)
         fused = self.fused
+        last = {}  # this tick's last line-search batch and gradient-pass controls
 
         def cost_fn(u: torch.Tensor) -> torch.Tensor:
-            velocities = fused.velocities(x0[:, 3:].expand(u.shape[0], 3), u, keep=True)
+            velocities = fused.velocities(x0[:, 3:].expand(u.shape[0], 3), u)
+            last['batch'] = (u, velocities)
             return self._track_cost(velocities.transpose(0, 1), u, x0, s0, previous, window)
 
         def grad_fn(u: torch.Tensor, hint: Optional[int] = None) -> Tuple[float, torch.Tensor]:
@@ -212,17 +272,34 @@ class TrackMPC:
                 velocities, tape = fused.record(x0[:, 3:], u.unsqueeze(0))
             else:
                 velocities, tape = fused.recorded(hint)
-            velocities.requires_grad_(True)
-            controls = u.detach().unsqueeze(0).requires_grad_(True)
-            with torch.enable_grad():
-                cost = self._track_cost(velocities.transpose(0, 1), controls, x0, s0,
-                                        previous, window)[0]
-                if not torch.isfinite(cost):
-                    return float(cost), torch.full_like(u, math.nan)
-                grad_velocities, grad_u = torch.autograd.grad(cost, (velocities, controls))
-            _, grad_actions = fused.backward(tape, grad_velocities)
-            return float(cost.detach()), (grad_u + grad_actions)[0]
-        return cost_fn, grad_fn
+            last['single'] = (u, velocities)
+            cost, grad_velocities, grad_u = self._track_cost_grad(
+                velocities.transpose(0, 1), u.unsqueeze(0), x0, s0, previous, window)
+            if not torch.isfinite(cost[0]):
+                return float(cost[0]), torch.full_like(u, math.nan)
+            _, grad_actions = fused.backward(tape, grad_velocities.transpose(0, 1))
+            return float(cost[0]), (grad_u + grad_actions)[0]
+
+        def predict_fn(u: torch.Tensor) -> torch.Tensor:
+            velocities = None
+            if 'single' in last and torch.equal(last['single'][0], u):
+                velocities = last['single'][1][:, 0]
+            elif 'batch' in last and last['batch'][0].shape[1:] == u.shape:
+                controls, batch_velocities = last['batch']
+                match = torch.nonzero((controls == u).flatten(1).all(1))
+                if match.numel():
+                    velocities = batch_velocities[:, int(match[0, 0])]
+            if velocities is None:
+                velocities = fused.record(x0[:, 3:], u.unsqueeze(0))[0][:, 0]
+            velocities = velocities.unsqueeze(0)
+            poses = integrate_poses(x0[:, :3], x0[:, 3:], velocities, self.model.h)
+            return torch.cat([poses, velocities], dim=-1)[0]
+        return cost_fn, grad_fn, predict_fn
+
+    def _rollout(self, state: np.ndarray) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Build predict_fn(u (H, 2)) -> (H, 6) states from the (6,) state (model rollout)."""
+        x0 = torch.as_tensor(state, dtype=torch.float32).view(1, 6)
+        return lambda u: self.model.rollout(x0, u.unsqueeze(0)).mean[0]
 
     def warm_up(self) -> float:
         """Run one solve from the track start (compiles when config.compiled); return s."""
@@ -278,16 +355,14 @@ class TrackMPC:
         try:
             state = self.predict_ahead(state, delay_s)
             if self.fused is not None:
-                cost_fn, grad_fn = self.fast_closures(state)
+                cost_fn, grad_fn, predict_fn = self.fast_closures(state)
             else:
-                cost_fn, grad_fn = self.cost_closure(state), None
+                cost_fn, grad_fn, predict_fn = self.cost_closure(state), None, self._rollout(state)
             plan, info = self.optimizer.optimize(cost_fn, self.warm_start(), iterations,
                                                  deadline=start + 0.7 * budget,
                                                  grad_fn=grad_fn)
             with torch.no_grad():
-                predicted = self.model.rollout(
-                    torch.as_tensor(state, dtype=torch.float32).view(1, 6),
-                    plan.unsqueeze(0)).mean[0]
+                predicted = predict_fn(plan)
         except ValueError as error:
             return self._brake(f'solver: {error}', time.perf_counter() - start)
         command = np.clip(plan[0].numpy().astype(np.float64),

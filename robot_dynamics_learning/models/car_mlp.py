@@ -7,9 +7,10 @@ continuous gradient gives smooth optimised controls), trained with the relative 
 which trains faster than the absolute velocity and leaves the loss unchanged.
 Normalisation statistics are buffers, so they travel with the weights in checkpoints.
 """
+from contextlib import contextmanager
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 from robot_dynamics_learning.models.base import check_finite, SequenceBatch
 from robot_dynamics_learning.models.car_common import CarModel, N_ACT
@@ -100,6 +101,25 @@ class CarMLP(CarModel):
         return torch.stack(outputs, dim=1)
 
 
+@contextmanager
+def small_batch_kernels() -> Iterator[None]:
+    """
+    Run without oneDNN inside: for small batches (the gradient passes, 1-20 rows).
+
+    oneDNN's exact GELU costs about 7 us per call whatever the size (primitive setup), the
+    native kernel 1 us at 64 values; at the line search's 512 x 64 values both take about
+    22 us, so the batched pass keeps the default. Both compute the exact erf GELU.
+    The switch is process-wide (torch.backends.mkldnn.enabled): other threads running
+    torch meanwhile get the native kernels too, which changes their speed, not their results.
+    """
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = enabled
+
+
 class FusedRollout:
     """
     `CarMLP.velocity_sequence` for MPC solves: folded weights, reused buffers, manual gradient.
@@ -107,10 +127,14 @@ class FusedRollout:
     Why: a tick evaluates 512 candidate rollouts (no gradient) and one gradient per
     iteration; at these sizes autograd's tape and per-op allocations cost as much as the
     arithmetic. `velocities` writes every layer into preallocated buffers (no tape, GELU in
-    place); `record` keeps the pre-activations a_l of one forward pass and `backward`
-    back-propagates through them with matrix products (dGELU/da = Phi(a) + a phi(a)): the
-    reverse pass of the seed's Eq. 2 chained over the horizon, no autograd. The weights are a
-    snapshot of the model: build a new one after changing its parameters.
+    place, the 3-wide output layer computed transposed, which MKL runs 3-5x faster at this
+    shape). The reverse pass needs the pre-activations a_l of one rollout; they are not
+    stored during the batched forward pass (20 x 8 x 512 x 64 floats would leave the cache)
+    but recomputed afterwards for the one rollout that needs them, all steps in one batch:
+    once its velocities are known, every step's input (v_i, u_i) is known (`recorded`,
+    `record`). `backward` turns them into the step Jacobians of all steps at once and solves
+    the block-bidiagonal adjoint system (seed Eq. 7-9) on 3-vectors: no autograd. The
+    weights are a snapshot of the model: build a new one after changing its parameters.
     """
 
     def __init__(self, model: CarMLP) -> None:
@@ -122,16 +146,19 @@ class FusedRollout:
             self.w_u = w_in[:, 3:].t().contiguous()  # (2, hidden)
             self.hidden = [(layer.weight.t().contiguous(), layer.bias.clone())
                            for layer in linears[1:-1]]
-            self.w_out = (linears[-1].weight * model.out_std[:, None]).t().contiguous()
+            w_out = (linears[-1].weight * model.out_std[:, None]).t()  # (hidden, 3)
             self.b_out = (linears[-1].bias * model.out_std + model.out_mean).clone()
-            # transposes for the reverse pass
-            self.w_v_t, self.w_u_t = self.w_v.t().contiguous(), self.w_u.t().contiguous()
+            self.b_out_column = self.b_out[:, None].clone()  # (3, 1)
+            # transposes: the forward output layer and the reverse pass
+            self.w_out_t = w_out.t().contiguous()  # (3, hidden)
+            self.w_v_t = self.w_v.t().contiguous()
+            self.w_u_t = self.w_u.t().contiguous()
             self.hidden_t = [weight.t().contiguous() for weight, _ in self.hidden]
-            self.w_out_t = self.w_out.t().contiguous()
         self.width = self.b_in.shape[0]
+        self.layers = len(self.hidden) + 1
         self.dtype = self.b_in.dtype
         self._buffers = {}
-        self._kept: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+        self._kept: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
 
     def _buffer(self, name: str, shape: tuple) -> torch.Tensor:
         """Return a reusable buffer (a normal tensor even when called in inference mode)."""
@@ -141,113 +168,131 @@ class FusedRollout:
                 self._buffers[key] = torch.empty(shape, dtype=self.dtype)
         return self._buffers[key]
 
-    def _action_inputs(self, actions: torch.Tensor) -> torch.Tensor:
-        """First-layer share of the actions plus its bias, step-major (H, B, hidden)."""
+    def _action_inputs(self, actions: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Write the first-layer share of (B, H, 2) actions plus its bias, (H, B, hidden)."""
         batch, steps = actions.shape[:2]
-        out = self._buffer('actions', (steps, batch, self.width))
         torch.addmm(self.b_in, actions.transpose(0, 1).reshape(steps * batch, N_ACT),
                     self.w_u, out=out.view(steps * batch, self.width))
         return out
 
-    def velocities(self, v0: torch.Tensor, actions: torch.Tensor, keep: bool = False
-                   ) -> torch.Tensor:
+    def _forward(self, v0: torch.Tensor, from_actions: torch.Tensor, out: torch.Tensor,
+                 work: Tuple[torch.Tensor, torch.Tensor]) -> None:
+        """
+        Run the velocity recurrence into out (H, 3, B), component-major.
+
+        v0 (B, 3); from_actions (H, B, hidden) from `_action_inputs`; work: two (B, hidden)
+        scratch buffers.
+        """
+        z, spare = work
+        v, v_t = v0, v0.t()
+        with torch.no_grad():
+            for first, result in zip(from_actions.unbind(0), out.unbind(0)):
+                torch._C._nn.gelu_(torch.addmm(first, v, self.w_v, out=z))
+                for weight, bias in self.hidden:
+                    torch._C._nn.gelu_(torch.addmm(bias, z, weight, out=spare))
+                    z, spare = spare, z
+                # v_{i+1}^T = v_i^T + W_out^T z^T + b_out: (3, B), the fast shape for BLAS
+                v_t = torch.addmm(v_t, self.w_out_t, z.t(), out=result).add_(self.b_out_column)
+                v = v_t.t()
+
+    def velocities(self, v0: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """
         Return the step-major body velocities, (H, B, 3), after (B, H, 2) actions from v0.
 
-        No gradient. The result is a reused buffer: valid until the next call with the same
-        sizes. keep: also store the pre-activations, so that `recorded(b)` can hand out
-        what `backward` needs for batch entry b without a second forward pass.
+        No gradient. The result is a view of a reused buffer, valid until the next call with
+        the same sizes; `recorded(b)` hands out what `backward` needs for batch entry b of the
+        last call.
         """
         batch, steps = actions.shape[:2]
-        layers = len(self.hidden) + 1
-        from_actions = self._action_inputs(actions)
-        out = self._buffer('velocities', (steps, batch, 3))
-        z = self._buffer('z0', (batch, self.width))
-        spare = self._buffer('z1', (batch, self.width))
-        if keep:
-            tape = self._buffer('tape', (steps, layers, batch, self.width))
-            slots = tape.view(steps * layers, batch, self.width).unbind(0)
-            self._kept = (out, tape)
-        else:
-            self._kept = None
-        v = v0
-        with torch.no_grad():
-            for i, (first, result) in enumerate(zip(from_actions.unbind(0), out.unbind(0))):
-                if keep:
-                    slot = slots[i * layers:(i + 1) * layers]
-                    torch._C._nn.gelu(torch.addmm(first, v, self.w_v, out=slot[0]), out=z)
-                    for (weight, bias), pre in zip(self.hidden, slot[1:]):
-                        torch._C._nn.gelu(torch.addmm(bias, z, weight, out=pre), out=spare)
-                        z, spare = spare, z
-                else:
-                    torch._C._nn.gelu_(torch.addmm(first, v, self.w_v, out=z))
-                    for weight, bias in self.hidden:
-                        torch._C._nn.gelu_(torch.addmm(bias, z, weight, out=spare))
-                        z, spare = spare, z
-                torch.addmm(v, z, self.w_out, out=result)
-                v = result.add_(self.b_out)
-        return out
+        from_actions = self._action_inputs(
+            actions, self._buffer('actions', (steps, batch, self.width)))
+        out = self._buffer('velocities', (steps, 3, batch))
+        work = (self._buffer('z0', (batch, self.width)), self._buffer('z1', (batch, self.width)))
+        self._forward(v0, from_actions, out, work)
+        self._kept = (v0, out, from_actions)
+        return out.transpose(1, 2)
+
+    def _tape(self, v0: torch.Tensor, velocities: torch.Tensor, from_actions: torch.Tensor
+              ) -> torch.Tensor:
+        """
+        Pre-activations (layers, H, B, hidden) of a rollout with known velocities.
+
+        v0 (B, 3), velocities (H, B, 3), from_actions (H, B, hidden): step i's input is
+        (v_i, u_i), so all H steps go through the network in one batch of H * B rows.
+        """
+        steps, batch = velocities.shape[:2]
+        rows = steps * batch
+        with torch.no_grad(), small_batch_kernels():
+            inputs = torch.cat([v0.unsqueeze(0), velocities[:-1]], dim=0).reshape(rows, 3)
+            tape = torch.empty(self.layers, rows, self.width, dtype=self.dtype)
+            z = F.gelu(torch.addmm(from_actions.reshape(rows, self.width), inputs, self.w_v,
+                                   out=tape[0]))
+            for (weight, bias), pre in zip(self.hidden, tape[1:].unbind(0)):
+                z = F.gelu(torch.addmm(bias, z, weight, out=pre))
+        return tape.view(self.layers, steps, batch, self.width)
 
     def recorded(self, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """
-        Return what `record` would for batch entry `index` of the last kept forward pass.
+        Return what `record` would for batch entry `index` of the last `velocities` call.
 
-        (velocities (H, 1, 3), tape (H, layers, 1, hidden)), copied from the buffers of the
-        last `velocities(..., keep=True)` call.
+        (velocities (H, 1, 3), tape (layers, H, 1, hidden)), both new tensors: the velocities
+        are copied from that call, the tape is recomputed from them (no sequential pass).
         """
         if self._kept is None:
-            raise ValueError('recorded() needs a preceding velocities(..., keep=True)')
-        out, tape = self._kept
-        return (out[:, index:index + 1].clone(), tape[:, :, index:index + 1].clone())
+            raise ValueError('recorded() needs a preceding velocities() call')
+        v0, out, from_actions = self._kept
+        velocities = out[:, :, index:index + 1].transpose(1, 2).clone()
+        return velocities, self._tape(v0[index:index + 1], velocities,
+                                      from_actions[:, index:index + 1])
 
     def record(self, v0: torch.Tensor, actions: torch.Tensor
                ) -> Tuple[torch.Tensor, torch.Tensor]:
         """
         Forward pass that keeps what `backward` needs: velocities (H, B, 3) and tape.
 
-        tape (H, layers, B, hidden) holds every pre-activation; both are new tensors.
+        tape (layers, H, B, hidden) holds every pre-activation; both are new tensors (the
+        buffers of `velocities` are left alone).
         """
         batch, steps = actions.shape[:2]
-        layers = len(self.hidden) + 1
-        with torch.no_grad():
-            from_actions = self._action_inputs(actions)
-            tape = torch.empty(steps, layers, batch, self.width, dtype=self.dtype)
-            out = torch.empty(steps, batch, 3, dtype=self.dtype)
-            slots = tape.view(steps * layers, batch, self.width).unbind(0)
-            v = v0
-            for i, (first, result) in enumerate(zip(from_actions.unbind(0), out.unbind(0))):
-                slot = iter(slots[i * layers:(i + 1) * layers])
-                z = F.gelu(torch.addmm(first, v, self.w_v, out=next(slot)))
-                for weight, bias in self.hidden:
-                    z = F.gelu(torch.addmm(bias, z, weight, out=next(slot)))
-                torch.addmm(v, z, self.w_out, out=result)
-                v = result.add_(self.b_out)
-        return out, tape
+        with torch.no_grad(), small_batch_kernels():
+            from_actions = self._action_inputs(
+                actions, torch.empty(steps, batch, self.width, dtype=self.dtype))
+            out = torch.empty(steps, 3, batch, dtype=self.dtype)
+            work = (torch.empty(batch, self.width, dtype=self.dtype),
+                    torch.empty(batch, self.width, dtype=self.dtype))
+            self._forward(v0, from_actions, out, work)
+            velocities = out.transpose(1, 2).contiguous()
+        return velocities, self._tape(v0, velocities, from_actions)
 
     def backward(self, tape: torch.Tensor, grad_velocities: torch.Tensor
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
         """
         Gradients of a scalar loss for the `record` pass with dloss/dvelocities (H, B, 3).
 
-        Returns (dloss/dv0 (B, 3), dloss/dactions (B, H, 2)).
+        Returns (dloss/dv0 (B, 3), dloss/dactions (B, H, 2)). The seed's Eq. 7-9 solved by
+        back substitution: first the step Jacobians dv_{i+1}/dv_i = I + J_i (3 x 3) and
+        dv_{i+1}/du_i (3 x 2) of all H steps at once (three output rows back-propagated
+        through the network together, dGELU/da = Phi(a) + a phi(a) from the tape), then the
+        block-bidiagonal system for the adjoints lambda_i = dloss/dv_i on 3-vectors,
+        lambda_i = g_i + lambda_{i+1} (I + J_i): one small product per step.
         """
-        steps = tape.shape[0]
+        steps, batch = tape.shape[1:3]
         with torch.no_grad():
-            # GELU'(a) = Phi(a) + a phi(a) for every stored pre-activation at once
             slope = 0.5 * (1.0 + torch.erf(tape * 0.5 ** 0.5)) \
                 + tape * torch.exp(-0.5 * tape * tape) * (2.0 * math.pi) ** -0.5
-            first = torch.empty(steps, *tape.shape[2:], dtype=self.dtype)
-            layers = tape.shape[1]
-            slopes = slope.view(-1, *tape.shape[2:]).unbind(0)
-            reverse = self.hidden_t[::-1]
-            carry = torch.zeros_like(grad_velocities[0])
-            for i in range(steps - 1, -1, -1):
-                grad_v = grad_velocities[i] + carry  # dloss / dv_{i+1}
-                step = slopes[i * layers:(i + 1) * layers]
-                grad_z = torch.mm(grad_v, self.w_out_t).mul_(step[-1])
-                for weight, layer_slope in zip(reverse, step[-2::-1]):
-                    grad_z = torch.mm(grad_z, weight).mul_(layer_slope)
-                first[i] = grad_z
-                carry = torch.addmm(grad_v, grad_z, self.w_v_t)  # v_{i+1} = v_i + MLP(v_i)
-            grad_actions = torch.matmul(first, self.w_u_t).transpose(0, 1)
-        return carry, grad_actions
+            # rows[i, b, k] = d v_{i+1, k} / d a_l for the layers from the last to the first
+            slopes = slope.unsqueeze(3).unbind(0)  # per layer, (H, B, 1, hidden)
+            rows = self.w_out_t * slopes[-1]  # (H, B, 3, hidden)
+            for weight, layer_slope in zip(self.hidden_t[::-1], slopes[-2::-1]):
+                rows = torch.matmul(rows, weight).mul_(layer_slope)
+            step_v = torch.matmul(rows, self.w_v_t)  # (H, B, 3, 3): J_i
+            step_v.diagonal(dim1=-2, dim2=-1).add_(1.0)  # I + J_i
+            step_u = torch.matmul(rows, self.w_u_t)  # (H, B, 3, 2)
+            adjoint = torch.empty(steps, batch, 1, 3, dtype=self.dtype)  # dloss / dv_{i+1}
+            given = grad_velocities.unsqueeze(2)
+            adjoint[-1] = given[-1]
+            for i in range(steps - 2, -1, -1):
+                torch.baddbmm(given[i], adjoint[i + 1], step_v[i + 1], out=adjoint[i])
+            grad_actions = torch.matmul(adjoint, step_u).squeeze(2).transpose(0, 1)
+            grad_v0 = torch.bmm(adjoint[0], step_v[0]).squeeze(1)
+        return grad_v0, grad_actions
