@@ -35,6 +35,7 @@ import time
 from typing import Dict, List
 
 import numpy as np
+import psutil
 from robot_dynamics_learning.dynamics import rnea
 from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.continual import (ContinualLearner,
@@ -173,9 +174,19 @@ def plot(data: dict, curves: Dict[str, np.ndarray], changes: List[float], path: 
     plt.close(figure)
 
 
+def _tree_rss(process: psutil.Process) -> int:
+    """Return the resident bytes of `process` and its children (the trainer process)."""
+    total = 0
+    for member in [process] + process.children(recursive=True):
+        try:
+            total += member.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):   # ended while being read
+            pass
+    return total
+
+
 def live(seconds: float, urdf: str, model: str) -> dict:
     """Run arm_sim + dynamics_learner (`model`) over DDS; measure coverage, latency, memory."""
-    import psutil
     sys.path.insert(0, str(ROOT / 'test'))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
@@ -221,7 +232,7 @@ def live(seconds: float, urdf: str, model: str) -> dict:
             # the learner has not accepted a message for 3 s (or after 3x the time).
             while sim.poll() is None and time.monotonic() - started < seconds * 3 + 30:
                 now = time.monotonic()
-                memory.append((now - started, process.memory_info().rss))
+                memory.append((now - started, _tree_rss(process)))
                 count = diagnostics.get('messages_accepted')
                 if count != last_count:
                     last_count, last_change = count, now
