@@ -17,7 +17,7 @@ acceptance:
 Live part (`--live`, real nodes over DDS on localhost): arm_sim and dynamics_learner in
 their own processes, a probe node here; share of accepted messages with a prediction,
 end-to-end latency (input stamp to prediction received by the probe), resident memory
-growth of the learner.
+growth of the learner and its trainer process.
 
     .venv/bin/python -m bench.continual [--models hybrid lstm] [--live 60|600] [--quick]
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import struct
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import psutil
@@ -185,8 +185,12 @@ def _tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def live(seconds: float, urdf: str, model: str) -> dict:
-    """Run arm_sim + dynamics_learner (`model`) over DDS; measure coverage, latency, memory."""
+def live(seconds: float, urdf: str, model: str, learner_params: Optional[dict] = None) -> dict:
+    """
+    Run arm_sim + dynamics_learner (`model`) over DDS; measure coverage, latency, memory.
+
+    learner_params: further dynamics_learner parameters (e.g. trainer_process false).
+    """
     sys.path.insert(0, str(ROOT / 'test'))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
@@ -199,7 +203,7 @@ def live(seconds: float, urdf: str, model: str) -> dict:
     log = SCRATCH / 'live'
     log.mkdir(parents=True, exist_ok=True)
     learner = start_node('dynamics_learner', {'diagnostics_period_s': 1.0, 'model': model,
-                                              'urdf': urdf},
+                                              'urdf': urdf, **(learner_params or {})},
                          log_path=log / 'learner.log')
     received, diagnostics, memory = [], {}, []
     try:
@@ -259,7 +263,8 @@ def live(seconds: float, urdf: str, model: str) -> dict:
         'rss_mb_end': float(settled[-1]) if settled.size else None,
         'rss_growth_mb': float(settled[-1] - settled[0]) if settled.size else None,
         'train_steps': diagnostics.get('train_steps'),
-        'model': model, 'load_average_start': load_start, 'load_average': os.getloadavg(),
+        'model': model, 'learner_params': learner_params or {},
+        'load_average_start': load_start, 'load_average': os.getloadavg(),
     }
 
 
@@ -355,6 +360,9 @@ def main(argv=None) -> None:
                         help='model types of the offline replay (unregistered ones are skipped '
                         'with a note; none: skip it)')
     parser.add_argument('--live-model', default='hybrid', help='model of the live run')
+    parser.add_argument('--live-params', default='{}',
+                        help='further learner parameters of the live run as JSON, e.g. '
+                        '\'{"trainer_process": false}\' for the trainer thread')
     parser.add_argument('--live', type=float, default=60.0,
                         help='seconds of the live DDS run (0: skip; 600 for the 10-minute '
                         'memory-growth check)')
@@ -386,7 +394,8 @@ def main(argv=None) -> None:
         print(json.dumps(results['kinova'], indent=1))
     if args.live > 0:
         print(f'live run over DDS for {args.live:.0f} s ...', flush=True)
-        results['live'] = live(args.live, args.urdf, args.live_model)
+        results['live'] = live(args.live, args.urdf, args.live_model,
+                               json.loads(args.live_params))
         print(json.dumps(results['live'], indent=1))
     results['load_average_end'] = os.getloadavg()
     (RESULTS / 'continual.json').write_text(json.dumps(results, indent=1, default=str))

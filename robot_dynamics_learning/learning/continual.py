@@ -438,18 +438,23 @@ class StreamingPredictor:
         """Return (mean (n_target,), variance (n_target,) or None) for one observation."""
         self.history.append(observation, action)
         published = self._source()
-        if published.version != self._version:
-            model = published.model
-            seq = published.seq
-            state = published.state if seq is not None else model.init_state(1)
-            observations, actions, first = self.history.since(seq or 0)
-            if seq is not None and first != seq:   # the history moved past it: warm up anew
-                state = model.init_state(1)
-            state, output = _replay(model, state, observations, actions)
-            self._version = published.version
-            self._adopt(model, state)
-            mean, variance = output
-            return mean[0].numpy(), None if variance is None else variance[0].numpy()
+        if published.version == self._version:
+            return self._step(observation, action)
+        model, seq = published.model, published.seq
+        state = published.state if seq is not None else model.init_state(1)
+        observations, actions, first = self.history.since(seq or 0)
+        if seq is not None and first != seq:   # the history moved past it: warm up anew
+            state = model.init_state(1)
+        self._version = published.version
+        self._adopt(model, state)
+        # Catch up over the samples since `seq` (this one included) with the new weights.
+        for k in range(observations.shape[0]):
+            output = self._step(observations[k], actions[k] if actions.shape[1] else None)
+        return output
+
+    def _step(self, observation: np.ndarray, action: Optional[np.ndarray]
+              ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """Advance the state by one sample; return (mean, variance or None)."""
         if self._stepper is not None:
             observation = np.asarray(observation, np.float32)
             if observation.shape != (self._n_obs,) or not np.isfinite(observation).all():
@@ -459,9 +464,9 @@ class StreamingPredictor:
             return mean, None
         # from_numpy on a fresh float32 row: no dtype dispatch in torch, and no buffer a
         # model could keep in its state and see overwritten by the next message.
-        obs = torch.from_numpy(np.asarray(observation, np.float32).reshape(1, -1))
+        obs = torch.from_numpy(np.array(observation, np.float32).reshape(1, -1))
         act = (None if action is None
-               else torch.from_numpy(np.asarray(action, np.float32).reshape(1, -1)))
+               else torch.from_numpy(np.array(action, np.float32).reshape(1, -1)))
         with torch.inference_mode():
             step = self._model.step(self._state, obs, act)
         self._state = step.state

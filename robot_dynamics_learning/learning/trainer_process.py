@@ -54,6 +54,9 @@ class ProcessConfig:
     How the trainer process runs.
 
     nice: scheduling niceness added to the child (0-19; higher yields the CPU to the node).
+    idle_priority: on Linux, run the child under SCHED_IDLE: it gets a core only when no
+        other task wants it and is preempted at once when one wakes (a niced process still
+        takes its share of a busy CPU); the niceness applies where this is unavailable.
     block: samples per message to the child; flush_s: the oldest sample waits at most this
         long before its block is sent anyway.
     threads: torch intra-op threads of the child.
@@ -61,6 +64,7 @@ class ProcessConfig:
     """
 
     nice: int = 10
+    idle_priority: bool = False
     block: int = 16
     flush_s: float = 0.005
     threads: int = 1
@@ -266,6 +270,7 @@ class TrainerProcess:
         self._process.join(timeout=1.0)
         if self._process.is_alive():
             self._process.terminate()
+            self._process.join(timeout=2.0)
             self._stats['last_error'] = 'trainer process did not stop in time: terminated'
         self._samples.cancel_join_thread()
         self._receiver.join(timeout=1.0)
@@ -317,6 +322,11 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any) -> None:
     """Entry point of the trainer process."""
     _die_with_parent(spec.parent_pid)
     os.nice(spec.process.nice)
+    if spec.process.idle_priority and hasattr(os, 'SCHED_IDLE'):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:   # not permitted in this container: the niceness remains
+            pass
     torch.set_num_threads(spec.process.threads)
     model = model_from_payload(spec.payload, source='trainer hand-over')[0]
     physics = None
