@@ -1,14 +1,18 @@
 """
 Start and stop node processes without `ros2 run` (the PyPI wheels have no ros2cli).
 
-Used by the demo and the node tests; imports no rclpy, so the demo stays ROS-free.
+Used by the demo and the node tests; imports no rclpy, so the demo stays ROS-free. Also the
+one rule of the helper processes nodes spawn (trainer, arm physics): `die_with_parent`.
 """
+import ctypes
 import os
 from pathlib import Path
 import signal
 import subprocess
 import sys
 from typing import Dict, List, Optional
+
+PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
 
 def ros_args(params: Optional[Dict[str, object]] = None,
@@ -56,3 +60,20 @@ def stop_process(process: subprocess.Popen, timeout: float = 20.0) -> int:
             process.kill()
             process.wait()
     return process.returncode
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """
+    Have Linux kill this (child) process when its parent dies (prctl PR_SET_PDEATHSIG).
+
+    So a node killed with `kill -9` leaves no orphan behind (one writing checkpoints, or
+    simulating for nobody). Elsewhere, or if prctl fails, callers also poll
+    `os.getppid() != parent_pid`. Exits at once if the parent is already gone.
+    """
+    if sys.platform.startswith('linux'):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(0)

@@ -22,14 +22,11 @@ callback, the simulator and the controller leave.
   restarted node never shares the checkpoint folder with an orphan.
 """
 import copy
-import ctypes
 from dataclasses import dataclass, field
 import functools
 import multiprocessing
 import os
 import queue
-import signal
-import sys
 import threading
 import time
 from typing import Any, Callable, Dict, Optional
@@ -42,10 +39,10 @@ from robot_dynamics_learning.learning.continual import (ContinualLearner, Contin
                                                         Published, save_with_physics,
                                                         SaveFunction)
 from robot_dynamics_learning.models.base import DynamicsModel
+from robot_dynamics_learning.processes import die_with_parent
 import torch
 
 STATS_PERIOD_S = 0.5
-PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -54,9 +51,6 @@ class ProcessConfig:
     How the trainer process runs.
 
     nice: scheduling niceness added to the child (0-19; higher yields the CPU to the node).
-    idle_priority: on Linux, run the child under SCHED_IDLE: it gets a core only when no
-        other task wants it and is preempted at once when one wakes (a niced process still
-        takes its share of a busy CPU); the niceness applies where this is unavailable.
     block: samples per message to the child; flush_s: the oldest sample waits at most this
         long before its block is sent anyway.
     threads: torch intra-op threads of the child.
@@ -64,7 +58,6 @@ class ProcessConfig:
     """
 
     nice: int = 10
-    idle_priority: bool = False
     block: int = 16
     flush_s: float = 0.005
     threads: int = 1
@@ -302,31 +295,10 @@ class TrainerProcess:
                 self._stopped.set()
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """
-    Have Linux kill this process when the node dies (prctl PR_SET_PDEATHSIG).
-
-    Elsewhere (or if prctl fails) the sample receiver's parent-pid check ends it within
-    0.2 s instead. Exits at once if the parent is already gone.
-    """
-    if sys.platform.startswith('linux'):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:
-        os._exit(0)
-
-
 def _child_main(spec: _ChildSpec, samples: Any, results: Any) -> None:
     """Entry point of the trainer process."""
-    _die_with_parent(spec.parent_pid)
+    die_with_parent(spec.parent_pid)
     os.nice(spec.process.nice)
-    if spec.process.idle_priority and hasattr(os, 'SCHED_IDLE'):
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except OSError:   # not permitted in this container: the niceness remains
-            pass
     torch.set_num_threads(spec.process.threads)
     model = model_from_payload(spec.payload, source='trainer hand-over')[0]
     physics = None

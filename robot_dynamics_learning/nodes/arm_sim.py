@@ -1,17 +1,17 @@
 """
 arm_sim: the simulated 7-DoF arm (sim/arm.py) publishing `/joint_states` in real time.
 
-A simulation thread computes blocks of samples ahead and publishes each one at its own due
-time (1 kHz by default), stamped with that time, so stamps are evenly spaced and a
-subscriber's latency is measured from when the sample "happened". The payload at the flange
-changes at run time through the `payload_mass` parameter or a `std_msgs/Float64` on
-`~/payload_mass` (kg); it applies from the next block simulated (blocks are simulated up to
-three ahead of publication: `block` 50 at 1 kHz, 150 ms). With `publish_command` the motor
-torque also goes out as `std_msgs/Float64MultiArray` (ros2_control effort-controller style).
+A child process simulates blocks of samples ahead (sim/arm_stream.py); the node publishes
+each one at its own due time (1 kHz by default), stamped with that time, so stamps are evenly
+spaced and a subscriber's latency is measured from when the sample "happened". The payload
+at the flange changes at run time through the `payload_mass` parameter or a
+`std_msgs/Float64` on `~/payload_mass` (kg); it applies from the next block simulated (blocks
+are simulated up to three ahead of publication: `block` 50 at 1 kHz, 150 ms). With
+`publish_command` the motor torque also goes out as `std_msgs/Float64MultiArray`
+(ros2_control effort-controller style).
 """
 import functools
 import math
-import queue
 import threading
 import time
 from typing import List
@@ -23,11 +23,11 @@ from rclpy.parameter import Parameter
 from robot_dynamics_learning.nodes.conversions import float64_array_msg, joint_state_msg
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
-from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
+from robot_dynamics_learning.sim.arm import ArmConfig
+from robot_dynamics_learning.sim.arm_stream import ArmStream
 from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
-import torch
 
 MAX_STEP_S = 1e-3   # longest integration step of the simulated arm
 
@@ -65,15 +65,11 @@ class ArmSimNode(Node):
         declare('payload_schedule', Parameter.Type.DOUBLE_ARRAY, 'scripted payload changes '
                 '[t1, mass1, t2, mass2, ...] (simulated s, kg); unset: none')
         get = self.get_parameter
-        torch.set_num_threads(int(get('torch_threads').value))
         schedule = list(self.get_parameter_or(
             'payload_schedule', Parameter('payload_schedule', value=[])).value)
         if len(schedule) % 2:
             raise ValueError(f'payload_schedule needs (time, mass) pairs, got {schedule}')
-        self.schedule = sorted(zip(schedule[::2], schedule[1::2]))
-        self.block = int(get('block').value)
-        if self.block < 1:
-            raise ValueError(f'block must be >= 1, got {self.block}')
+        block = int(get('block').value)
         dt = 1.0 / get('rate_hz').value
         config = ArmConfig(
             # Euler steps of at most 1 ms: the elastic joints diverged within 2 s at 2 ms.
@@ -83,12 +79,17 @@ class ArmSimNode(Node):
             payload_mass=get('payload_mass').value,
             payload_com=tuple(get('payload_com').value), seed=get('seed').value,
             reference=ReferenceConfig(mode=get('trajectory').value, seed=get('seed').value))
-        self.sim = ArmSimulator(config)
-        self.names: List[str] = self.sim.joint_names
+        # The physics runs in a child process, whole blocks ahead of their due times: in
+        # this process it took turns with the publisher for the GIL and the CPU, and samples
+        # went out late every block (sim/arm_stream.py).
+        self.stream = ArmStream(config, block, get('duration_s').value,
+                                list(zip(schedule[::2], schedule[1::2])),
+                                threads=get('torch_threads').value)
+        self.stream.start()
+        self.names: List[str] = self.stream.joint_names
         self.factor = get('real_time_factor').value
-        self.duration = get('duration_s').value
-        self._pending_payload = None
-        self._lock = threading.Lock()
+        self.sim_time = 0.0
+        self.payload = config.payload_mass
         self.published = 0
         self.overruns = 0
         self.pub_states = self.create_publisher(JointState, 'joint_states', 10)
@@ -100,16 +101,9 @@ class ArmSimNode(Node):
         self.create_timer(5.0, self._log_rate)
         self._last_count = (0, time.monotonic())
         self._stop = threading.Event()
-        # Two threads: the producer simulates whole blocks (a few ms of batched torch each)
-        # ahead, so the publisher is never busy computing when a sample falls due; with
-        # samples computed at their due time the first ones of each block went out up to a
-        # block's compute time late (p99 8 ms at 1 kHz with 50-sample blocks).
-        self._blocks: queue.Queue = queue.Queue(maxsize=2)
-        self._threads = [threading.Thread(target=target, name=name, daemon=True)
-                         for target, name in ((self._simulate, 'arm_sim_physics'),
-                                              (self._publish_blocks, 'arm_sim_publisher'))]
-        for thread in self._threads:
-            thread.start()
+        self._thread = threading.Thread(target=self._publish_blocks, name='arm_sim_publisher',
+                                        daemon=True)
+        self._thread.start()
         self.get_logger().info(f'simulating {len(self.names)} joints at '
                                f'{get("rate_hz").value:.0f} Hz, payload '
                                f'{config.payload_mass} kg')
@@ -119,12 +113,11 @@ class ArmSimNode(Node):
         rate = (count - self._last_count[0]) / (stamp - self._last_count[1])
         self._last_count = (count, stamp)
         self.get_logger().info(f'published {count} joint states ({rate:.0f} /s), sim time '
-                               f'{self.sim.time:.2f} s, late samples {self.overruns}, payload '
-                               f'{self.sim.payload[0]} kg')
+                               f'{self.sim_time:.2f} s, late samples {self.overruns}, payload '
+                               f'{self.payload} kg')
 
     def _request_payload(self, mass: float) -> None:
-        with self._lock:
-            self._pending_payload = float(mass)
+        self.stream.request_payload(mass)
         self.get_logger().info(f'payload change to {mass} kg requested')
 
     def _on_payload(self, msg: Float64) -> None:
@@ -139,42 +132,21 @@ class ArmSimNode(Node):
                 self._request_payload(parameter.value)
         return SetParametersResult(successful=True)
 
-    def _simulate(self) -> None:
-        """Simulate blocks ahead of their due times into the queue (the producer thread)."""
-        while not self._stop.is_set() and (not self.duration or self.sim.time < self.duration):
-            with self._lock:
-                pending, self._pending_payload = self._pending_payload, None
-            while self.schedule and self.schedule[0][0] <= self.sim.time + 1e-9:
-                pending = self.schedule.pop(0)[1]
-                self.get_logger().info(f'scripted payload change to {pending} kg at '
-                                       f'{self.sim.time:.2f} s')
-            if pending is not None:
-                self.sim.set_payload(pending)
-            try:
-                samples = self.sim.run(self.block)
-            except FloatingPointError as error:
-                self.get_logger().error(f'simulation stopped: {error}')
-                break
-            while not self._stop.is_set():
-                try:
-                    self._blocks.put(samples, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-        self._blocks.put(None)   # end of the stream
-
     def _publish_blocks(self) -> None:
         """Publish every simulated sample at its own due time (the publisher thread)."""
         start_wall = time.monotonic()
         start_ns = self.get_clock().now().nanoseconds
         self.get_logger().info(f'stamp origin {start_ns} ns (stamp = origin + simulated time)')
         while not self._stop.is_set():
-            try:
-                samples = self._blocks.get(timeout=0.1)
-            except queue.Empty:
+            message = self.stream.next_message(timeout=0.1)
+            if message is None:
                 continue
-            if samples is None:
+            if message[0] == 'log':
+                self.get_logger().info(message[1])
+                continue
+            if message[0] != 'block':   # the end of the simulated duration
                 return
+            _, samples, self.payload = message
             for k, t in enumerate(samples.time):
                 if self.factor > 0:
                     delay = start_wall + t / self.factor - time.monotonic()
@@ -196,12 +168,13 @@ class ArmSimNode(Node):
                 except RCLError:   # Ctrl-C shut the context down before destroy_node ran
                     return
                 self.published += 1
+                self.sim_time = float(t)
 
     def destroy_node(self) -> None:
         """Stop the simulation thread first."""
         self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=5.0)
+        self._thread.join(timeout=5.0)
+        self.stream.stop()
         super().destroy_node()
 
 

@@ -165,8 +165,6 @@ class DynamicsLearnerNode(Node):
         declare('trainer_process', True, 'train in a child process (true) instead of a thread '
                 "of this one: the callback then never waits for the trainer's interpreter "
                 'lock, and training runs at a lower CPU priority (trainer_nice)')
-        declare('trainer_idle_priority', False, 'Linux: run the trainer process under '
-                'SCHED_IDLE (only CPU time nothing else wants; trainer_nice applies elsewhere)')
         declare('trainer_nice', 10, 'niceness of the trainer process (0-19): training yields '
                 'the CPU to this node, the robot driver and the controller', 0, 19)
         declare('seed', 0, 'random seed of the buffer sampling and model initialisation')
@@ -225,7 +223,6 @@ class DynamicsLearnerNode(Node):
                 model, 3 * n, n, n, config, rng, save=save, fit_normalization=not fitted,
                 start_step=start_step,
                 process=ProcessConfig(nice=get('trainer_nice').value,
-                                      idle_priority=get('trainer_idle_priority').value,
                                       threads=get('torch_threads').value))
         else:
             self.learner = ContinualLearner(model, 3 * n, n, n, config, rng, save=save,

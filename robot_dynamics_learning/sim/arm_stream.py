@@ -1,0 +1,111 @@
+"""
+The simulated arm computed in a child process, blocks ahead of their publication.
+
+Why: a 50-sample block of the arm simulation is about 5 ms of mostly Python work. In the
+process that publishes the samples at their due times, it takes turns with the publisher
+for the GIL and the CPU, and samples went out late in every block (latency spikes with the
+block's 50 ms period). In a child process the publisher only waits for its clock.
+
+`ArmStream.start()` spawns the child; `next_message()` returns what it sends, in order:
+('block', ArmSamples, payload mass in kg) for every block, ('log', text) for events worth a
+log line (a scripted payload change, a diverged simulation), ('end',) when the simulated
+duration is over or the simulation stopped. `request_payload(mass)` applies from the next
+block the child simulates (blocks are simulated up to `ahead` + 1 ahead of publication).
+"""
+import multiprocessing
+import os
+import queue
+from typing import Any, List, Optional, Tuple
+
+from robot_dynamics_learning.processes import die_with_parent
+from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
+import torch
+
+
+class ArmStream:
+    """Parent-side handle of an `ArmSimulator` running in a child process."""
+
+    def __init__(self, config: ArmConfig, block: int, duration: float = 0.0,
+                 schedule: Optional[List[Tuple[float, float]]] = None, ahead: int = 2,
+                 threads: int = 1, nice: int = 10) -> None:
+        if block < 1 or ahead < 1 or threads < 1:
+            raise ValueError(f'block, ahead and threads must be >= 1, got {block}, {ahead}, '
+                             f'{threads}')
+        context = multiprocessing.get_context('spawn')   # no fork of a process with DDS threads
+        self._commands = context.Queue()
+        self._messages = context.Queue(maxsize=ahead)
+        self._process = context.Process(
+            target=_simulate, name='arm_physics', daemon=True,
+            args=(config, block, duration, sorted(schedule or []), threads, nice,
+                  self._commands, self._messages, os.getpid()))
+        self.joint_names: List[str] = []
+
+    def start(self, timeout: float = 120.0) -> None:
+        """Start the child and wait for its joint names (it builds the model first)."""
+        self._process.start()
+        kind, names = self._messages.get(timeout=timeout)
+        if kind != 'ready':
+            raise RuntimeError(f'arm simulation did not start: {names}')
+        self.joint_names = list(names)
+
+    def request_payload(self, mass: float) -> None:
+        """Change the payload mass (kg) from the next simulated block on."""
+        self._commands.put(('payload', float(mass)))
+
+    def next_message(self, timeout: float) -> Optional[tuple]:
+        """Return the next message of the child, or None after `timeout` seconds."""
+        try:
+            return self._messages.get(timeout=timeout)
+        except queue.Empty:
+            if not self._process.is_alive():
+                return ('end',)
+            return None
+
+    def stop(self) -> None:
+        """End the child (it holds no state worth saving)."""
+        self._commands.put(('stop',))
+        self._process.join(timeout=0.5)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=2.0)
+        self._commands.cancel_join_thread()
+
+
+def _simulate(config: ArmConfig, block: int, duration: float,
+              schedule: List[Tuple[float, float]], threads: int, nice: int, commands: Any,
+              messages: Any, parent_pid: int) -> None:
+    """Child: simulate blocks into `messages` (bounded: it waits while the parent is ahead)."""
+    die_with_parent(parent_pid)
+    os.nice(nice)
+    torch.set_num_threads(threads)
+    try:
+        sim = ArmSimulator(config)
+    except (ValueError, OSError) as error:
+        messages.put(('error', str(error)))
+        return
+    messages.put(('ready', sim.joint_names))
+    while not duration or sim.time < duration:
+        pending = None
+        try:
+            while True:
+                command = commands.get_nowait()
+                if command[0] == 'stop':
+                    return
+                pending = command[1]
+        except queue.Empty:
+            pass
+        while schedule and schedule[0][0] <= sim.time + 1e-9:
+            pending = schedule.pop(0)[1]
+            messages.put(('log', f'scripted payload change to {pending} kg at '
+                                 f'{sim.time:.2f} s'))
+        if pending is not None:
+            sim.set_payload(pending)
+        try:
+            samples = sim.run(block)
+        except FloatingPointError as error:
+            messages.put(('log', f'simulation stopped: {error}'))
+            break
+        messages.put(('block', samples, sim.payload[0]))
+        if os.getppid() != parent_pid:
+            return
+    messages.put(('end',))
