@@ -7,19 +7,25 @@ Accuracy results of the car stack (numbers for docs/results_car.md).
 2. Simulated data: the shipped sim model vs a bicycle fitted to the same data.
 3. The seed's offline scenarios in the simulator (20 starts each) and 3 offline MPC laps.
 Writes bench/results/car_results.json and docs/img/car_scenarios.png, docs/img/car_lap.png.
-`python -m bench.car_results scenarios` reruns only part 3's scenarios and updates the JSON.
+`python -m bench.car_results scenarios` reruns only part 3's scenarios (and the shipped sim
+model's held-out numbers of part 2) and updates the JSON.
+`python -m bench.car_results train_sim BASE.pt` rebuilds the shipped sim model from BASE.pt,
+the one-step model of `rdl car train --source sim --minutes 40 --epochs 300` (`train_sim`).
 """
 import json
 from pathlib import Path
 import sys
 import time
 
-from robot_dynamics_learning.control.car_training import (car_data, load_car_model,
-                                                          save_car_model, train_car)
+from robot_dynamics_learning.control.car_training import (car_data, fit_car_rollout,
+                                                          load_car_model, save_car_model,
+                                                          train_car)
 from robot_dynamics_learning.control.demo_lap import DEFAULT_MODEL, drive_laps, plot_lap
+from robot_dynamics_learning.control.refine import refine_on_scenarios
 from robot_dynamics_learning.control.scenarios import plot_scenarios, run_all
-from robot_dynamics_learning.models.car_common import evaluate_car_model
-from robot_dynamics_learning.sim.car import CarParams
+from robot_dynamics_learning.models.car_common import car_dataset, evaluate_car_model
+from robot_dynamics_learning.sim.car import CarParams, DrivingStyle, MocapNoise
+from robot_dynamics_learning.sim.driving import simulated_drives
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +34,11 @@ IMG = ROOT / 'docs' / 'img'
 DART_MLP_EPOCHS = 60
 DART_MLP_LR = 1e-3
 BICYCLE_EPOCHS = 20
+# The shipped sim model after its one-step training: open-loop fine-tuning on random driving
+# with plan-like stepped commands, then rounds of scenario data (docs/results_car.md, 3).
+SIM_STYLE = DrivingStyle(step_probability=0.3)
+SIM_ROLLOUT = {'minutes': 40.0, 'epochs': 8, 'horizon': 20, 'lr': 3e-4}
+SIM_REFINE = {'rounds': 8, 'runs': 10, 'rollout_epochs': 2}
 
 
 def dart_results() -> dict:
@@ -63,12 +74,47 @@ def scenario_results() -> list:
             for r in scenarios]
 
 
+def train_sim(base: Path, out: Path = DEFAULT_MODEL) -> dict:
+    """
+    Fine-tune the one-step sim model in `base` open loop, then on scenario runs; save `out`.
+
+    Returns the held-out metrics (random driving of the human-like driver, 1 s rollouts) of
+    the base, after the open-loop fine-tuning and after each refinement round.
+    """
+    model = load_car_model(base)
+    test = car_data('sim', model.h, minutes=1.0)[1]
+    metrics = {'base': evaluate_car_model(model, test, 20)}
+    drives = simulated_drives(60.0 * SIM_ROLLOUT['minutes'], CarParams(), MocapNoise(), 0,
+                              style=SIM_STYLE)
+    fit_car_rollout(model, car_dataset(drives, model.h), SIM_ROLLOUT['epochs'],
+                    SIM_ROLLOUT['horizon'], SIM_ROLLOUT['lr'])
+    metrics['rollout_fine_tuned'] = evaluate_car_model(model, test, 20)
+    metrics['refined'] = refine_on_scenarios(model, SIM_REFINE['rounds'], SIM_REFINE['runs'],
+                                             rollout_epochs=SIM_REFINE['rollout_epochs'],
+                                             style=SIM_STYLE)[1:]
+    save_car_model(out, model, {'source': 'sim', 'base': str(base), 'rollout': SIM_ROLLOUT,
+                                'refine': SIM_REFINE, 'metrics': metrics})
+    return metrics
+
+
 def main() -> None:
     """Run all parts (or only the scenarios), then write the JSON and the plots."""
     torch.set_num_threads(1)
     IMG.mkdir(parents=True, exist_ok=True)
+    if sys.argv[1:2] == ['train_sim']:
+        out = Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_MODEL
+        metrics = train_sim(Path(sys.argv[2]), out)
+        if out == DEFAULT_MODEL:
+            result = json.loads(RESULTS.read_text())
+            result['sim_model_training'] = metrics
+            RESULTS.write_text(json.dumps(result, indent=2))
+        print(json.dumps(metrics, indent=2))
+        return
     if 'scenarios' in sys.argv[1:]:
         result = json.loads(RESULTS.read_text())
+        test = car_data('sim', 0.05, minutes=1.0)[1]
+        result['sim']['car_mlp_shipped'] = evaluate_car_model(load_car_model(DEFAULT_MODEL),
+                                                              test, 20)
         result['scenarios'] = scenario_results()
         RESULTS.write_text(json.dumps(result, indent=2))
         print(json.dumps(result['scenarios'], indent=2))

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from robot_dynamics_learning.sim.car import (car_step, CarParams, collect_driving,
+from robot_dynamics_learning.sim.car import (car_step, CarParams, collect_driving, DrivingStyle,
                                              emulate_mocap, MocapNoise, reset_indices,
                                              simulate, slip_angle)
 from robot_dynamics_learning.sim.driving import simulated_drives
@@ -86,3 +86,30 @@ def test_simulated_drives_look_like_mocap_recordings():
         assert drive.observations.shape[1] == 3 and drive.actions.shape[1] == 2
         assert np.all(np.diff(drive.time) > 0)
         assert np.all(np.abs(drive.observations[:, 2]) <= np.pi)
+
+
+def test_default_driving_style_keeps_the_human_like_data():
+    plain = collect_driving(5.0, CarParams(), np.random.default_rng(4))
+    styled = collect_driving(5.0, CarParams(), np.random.default_rng(4), style=DrivingStyle())
+    assert all(np.array_equal(a, b) for a, b in zip(plain, styled))
+
+
+def test_stepped_commands_jump_and_long_drifts_slide_more():
+    params = CarParams()
+    _, _, human = collect_driving(60.0, params, np.random.default_rng(5), cars=2)
+    _, _, stepped = collect_driving(60.0, params, np.random.default_rng(5), cars=2,
+                                    style=DrivingStyle(step_probability=0.5))
+    # the lagged thumbs move the steering by at most dt / 0.1 s of the way per step
+    assert np.abs(np.diff(human[..., 1], axis=1)).max() < 0.25
+    assert np.abs(np.diff(stepped[..., 1], axis=1)).max() > 0.5
+
+    def rear_out_share(style):
+        _, states, _ = collect_driving(120.0, params, np.random.default_rng(6), cars=2,
+                                       style=style)
+        slip = np.degrees(slip_angle(states)) * np.sign(states[..., 5])
+        return np.mean(slip < -20)
+
+    assert rear_out_share(DrivingStyle(drift_probability=0.3)) > 1.5 * rear_out_share(
+        DrivingStyle())
+    with pytest.raises(ValueError, match='drift_probability'):
+        DrivingStyle(drift_probability=1.5)

@@ -17,12 +17,14 @@ from dataclasses import replace
 from typing import Callable, Dict, List
 
 import numpy as np
+from robot_dynamics_learning.control.car_training import fit_car_rollout
 from robot_dynamics_learning.control.scenarios import (optimise_scenario, perturbed_run,
                                                        Scenario, SCENARIOS)
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.models.car_common import (car_dataset, CarDataset, CarModel,
                                                        evaluate_car_model, fit_car_model)
-from robot_dynamics_learning.sim.car import CarParams, emulate_mocap, MocapNoise, simulate
+from robot_dynamics_learning.sim.car import (CarParams, DrivingStyle, emulate_mocap, MocapNoise,
+                                             simulate)
 from robot_dynamics_learning.sim.driving import simulated_drives
 
 REST_S = 0.5  # standing still before and after each played plan (s)
@@ -69,17 +71,20 @@ def refine_on_scenarios(model: CarModel, rounds: int = 3, runs: int = 10,
                         random_minutes: float = 10.0, epochs: int = 15, lr: float = 3e-4,
                         iterations: int = 300, control_noise: float = 0.1, seed: int = 1234,
                         scenarios: tuple = SCENARIOS, test_seconds: float = 120.0,
+                        rollout_epochs: int = 0, style: DrivingStyle = DrivingStyle(),
                         log: Callable[[str], None] = print) -> List[Dict[str, float]]:
     """
     Fine-tune `model` in place over `rounds` rounds; return held-out metrics per round.
 
     The recordings of all rounds accumulate; each round adds `random_minutes` of fresh
-    random driving. Metrics: `evaluate_car_model` on `test_seconds` of held-out random
-    driving (seed 1000, as `car_data('sim')` holds out) with 1 s rollouts.
+    random driving (driven in `style`), fits `epochs` one-step epochs and then
+    `rollout_epochs` open-loop epochs (`fit_car_rollout`, lr / 3) on the mix. Metrics:
+    `evaluate_car_model` on `test_seconds` of held-out random driving (seed 1000, the
+    human-like driver, as `car_data('sim')` holds out) with 1 s rollouts.
     """
-    if rounds < 1 or runs < 1 or epochs < 1:
-        raise ValueError(f'rounds, runs and epochs must be >= 1, got {rounds}, {runs}, '
-                         f'{epochs}')
+    if rounds < 1 or runs < 1 or epochs < 1 or rollout_epochs < 0:
+        raise ValueError(f'rounds, runs and epochs must be >= 1 and rollout_epochs >= 0, got '
+                         f'{rounds}, {runs}, {epochs}, {rollout_epochs}')
     rng = np.random.default_rng(seed)
     noise = MocapNoise()
     test = car_dataset(simulated_drives(test_seconds, CarParams(), noise, 1000), model.h)
@@ -92,11 +97,13 @@ def refine_on_scenarios(model: CarModel, rounds: int = 3, runs: int = 10,
             targeted += scenario_drives(model, scenario, runs, rng, noise, iterations,
                                         control_noise)
         random = car_dataset(simulated_drives(60.0 * random_minutes, CarParams(), noise,
-                                              seed + round_), model.h)
+                                              seed + round_, style=style), model.h)
         for parameter in model.parameters():  # optimise_scenario froze them
             parameter.requires_grad_(True)
-        fit_car_model(model, _mix(random, car_dataset(targeted, model.h)), epochs, lr,
-                      seed=seed + round_)
+        mix = _mix(random, car_dataset(targeted, model.h))
+        fit_car_model(model, mix, epochs, lr, seed=seed + round_)
+        if rollout_epochs:
+            fit_car_rollout(model, mix, rollout_epochs, lr=lr / 3, seed=seed + round_)
         history.append(evaluate_car_model(model, test, steps))
         log(f'round {round_ + 1}: {history[-1]}')
     return history

@@ -177,6 +177,32 @@ def emulate_mocap(states: np.ndarray, noise: MocapNoise, rng: np.random.Generato
     return valid, poses
 
 
+@dataclass(frozen=True)
+class DrivingStyle:
+    """
+    Extra kinds of driving the random driver mixes in (shares of its targets; 0: none).
+
+    step_probability: bursts of 0.3-1.5 s of commands that jump every step_hold s to random
+    values, as an optimised plan drives (full lock to straight from one step to the next),
+    which the lagged thumbs never do. drift_probability: full throttle at full lock for
+    1-2.5 s, long enough for the rear to break loose (the simulator needs about 1 s of it,
+    while the human-like driver's drift provocations last 0.3-1.5 s and so rarely drift).
+    """
+
+    step_probability: float = 0.0
+    drift_probability: float = 0.0
+    step_hold: float = 0.05
+
+    def __post_init__(self) -> None:
+        """Reject shares outside [0, 1] and a non-positive hold."""
+        for name in ('step_probability', 'drift_probability'):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f'DrivingStyle.{name} must lie in [0, 1], got '
+                                 f'{getattr(self, name)}')
+        if not self.step_hold > 0:
+            raise ValueError(f'DrivingStyle.step_hold must be positive, got {self.step_hold}')
+
+
 class RandomDriver:
     """
     A human-like random driving policy for data collection (throttle and steering in [-1, 1]).
@@ -184,14 +210,20 @@ class RandomDriver:
     Piecewise-smooth commands: every 0.3-1.5 s a new target is drawn (mostly forward driving,
     sometimes full throttle with full lock to provoke drifting, sometimes reversing or
     braking); commands approach the target with a first-order lag as a driver's thumbs do.
+    `style` mixes in stepped (plan-like) commands and long drifts; with the default style
+    the random stream, and so the data, is that of the human-like driver alone.
     """
 
-    def __init__(self, rng: np.random.Generator, dt: float) -> None:
+    def __init__(self, rng: np.random.Generator, dt: float,
+                 style: DrivingStyle = DrivingStyle()) -> None:
         self.rng = rng
         self.dt = dt
+        self.style = style
         self.command = np.zeros(2)
         self.target = np.zeros(2)
         self.time_left = 0.0
+        self.stepping = False
+        self.hold_left = 0.0
 
     def _new_target(self) -> None:
         mode = self.rng.random()
@@ -205,22 +237,44 @@ class RandomDriver:
             target = [self.rng.uniform(-0.3, 0.1), self.rng.uniform(-0.5, 0.5)]
         self.target = np.asarray(target, dtype=np.float64)
         self.time_left = self.rng.uniform(0.3, 1.5)
+        if self.style.drift_probability > 0 and self.rng.random() < self.style.drift_probability:
+            self.target = np.array([self.rng.uniform(0.8, 1.0), self.rng.choice([-1.0, 1.0])])
+            self.time_left = self.rng.uniform(1.0, 2.5)
+
+    def _step_command(self) -> np.ndarray:
+        """Hold a random command for step_hold s, then jump (a burst of plan-like commands)."""
+        if self.hold_left <= 0:
+            throttle = self.rng.uniform(-0.3, 1.0) if self.rng.random() < 0.8 else \
+                self.rng.uniform(-1.0, 0.0)
+            steering = self.rng.choice([-1.0, 1.0]) if self.rng.random() < 0.3 else \
+                self.rng.uniform(-1.0, 1.0)
+            self.command = np.array([throttle, steering])
+            self.hold_left = self.style.step_hold * self.rng.integers(1, 5)
+        self.hold_left -= self.dt
+        return self.command.copy()
 
     def __call__(self) -> np.ndarray:
         """Return the next (2,) command."""
         if self.time_left <= 0:
             self._new_target()
+            self.stepping = (self.style.step_probability > 0.0
+                             and self.rng.random() < self.style.step_probability)
+            self.hold_left = 0.0
         self.time_left -= self.dt
+        if self.stepping:
+            return self._step_command()
         gain = min(1.0, self.dt / 0.1)
         self.command = self.command + gain * (self.target - self.command)
         return np.clip(self.command, -1.0, 1.0)
 
 
 def collect_driving(duration_s: float, params: CarParams, rng: np.random.Generator,
-                    cars: int = 1, arena: float = 4.0
+                    cars: int = 1, arena: float = 4.0, style: DrivingStyle = DrivingStyle()
                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     Drive `cars` independent cars with the random policy for `duration_s` s at params.dt.
+
+    style: what the random driver mixes in besides human-like driving (`DrivingStyle`).
 
     Returns (time (T,), states (cars, T, 6), commands (cars, T, 2)); command t acts from t
     to t+1. A car that leaves the square arena of half-size `arena` m is put back at the
@@ -228,7 +282,7 @@ def collect_driving(duration_s: float, params: CarParams, rng: np.random.Generat
     resets with `reset_indices`.
     """
     steps = int(round(duration_s / params.dt))
-    drivers = [RandomDriver(rng, params.dt) for _ in range(cars)]
+    drivers = [RandomDriver(rng, params.dt, style) for _ in range(cars)]
     state = np.zeros((cars, 6))
     states = np.zeros((cars, steps, 6))
     commands = np.zeros((cars, steps, 2))

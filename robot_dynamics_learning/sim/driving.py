@@ -10,12 +10,12 @@ from typing import List
 import numpy as np
 
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.sim.car import (CarParams, collect_driving, emulate_mocap,
-                                             MocapNoise, reset_indices)
+from robot_dynamics_learning.sim.car import (CarParams, collect_driving, DrivingStyle,
+                                             emulate_mocap, MocapNoise, reset_indices)
 
 
 def simulated_drives(duration_s: float, params: CarParams, noise: MocapNoise, seed: int,
-                     cars: int = 8) -> List[Trajectory]:
+                     cars: int = 8, style: DrivingStyle = DrivingStyle()) -> List[Trajectory]:
     """
     Drive `cars` cars for duration_s / cars seconds each and record them as mocap would.
 
@@ -24,7 +24,8 @@ def simulated_drives(duration_s: float, params: CarParams, noise: MocapNoise, se
     """
     rng = np.random.default_rng(seed)
     params = CarParams(**{**params.__dict__, 'dt': 1.0 / noise.rate_hz})
-    time, states, commands = collect_driving(duration_s / cars, params, rng, cars=cars)
+    time, states, commands = collect_driving(duration_s / cars, params, rng, cars=cars,
+                                             style=style)
     drives = []
     for car in range(cars):
         bounds = [0, *(reset_indices(states[car], params.dt) + 1).tolist(), len(time)]
