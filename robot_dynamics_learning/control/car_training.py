@@ -12,7 +12,7 @@ from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_ch
 from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.car_common import (car_dataset, CarDataset, CarModel,
                                                        dart_split, evaluate_car_model,
-                                                       fit_car_model, relative_l1)
+                                                       fit_car_model, fit_epochs, relative_l1)
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.sim.car import CarParams, MocapNoise
 from robot_dynamics_learning.sim.driving import simulated_drives
@@ -93,32 +93,9 @@ def fit_car_rollout(model: CarModel, train: CarDataset, epochs: int, horizon: in
     """
     if epochs < 1 or horizon < 1:
         raise ValueError(f'epochs and horizon must be >= 1, got {epochs}, {horizon}')
-    windows = train.windows(horizon, stride)
-    generator = torch.Generator().manual_seed(seed)
-    count = windows.observations.shape[0]
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs, lr * 0.05)
-    for parameter in model.parameters():
-        parameter.requires_grad_(True)
-    history = []
-    model.train()
-    for _ in range(epochs):
-        order = torch.randperm(count, generator=generator)
-        total = 0.0
-        for start in range(0, count, batch_size):
-            index = order[start:start + batch_size]
-            loss = rollout_loss(model, SequenceBatch(windows.observations[index],
-                                                     windows.actions[index],
-                                                     windows.targets[index]), position_weight)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-            optimizer.step()
-            total += float(loss.detach()) * index.numel()
-        schedule.step()
-        history.append(total / count)
-    model.eval()
-    return history
+    return fit_epochs(model, train.windows(horizon, stride),
+                      lambda m, batch: rollout_loss(m, batch, position_weight), epochs, lr,
+                      batch_size, seed, max_grad_norm)
 
 
 def save_car_model(path: Path, model: CarModel, metadata: Dict[str, object]) -> Path:

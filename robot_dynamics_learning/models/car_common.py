@@ -9,7 +9,7 @@ heading (the seed's x_{i+1} = x_i + h f(v_i, u_i) with the velocity rotated to t
 """
 import abc
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from robot_dynamics_learning.data.datasets import load_rc_car, rc_car_files
@@ -265,19 +265,22 @@ def evaluate_car_model(model: CarModel, dataset: CarDataset, horizon_steps: int
             'windows': int(windows.actions.shape[0])}
 
 
-def fit_car_model(model: CarModel, train: CarDataset, epochs: int, lr: float = 1e-3,
-                  batch_size: int = 256, seed: int = 0,
-                  log_every: int = 0) -> List[float]:
+def fit_epochs(model: CarModel, data: SequenceBatch,
+               loss_fn: Callable[[CarModel, SequenceBatch], torch.Tensor], epochs: int,
+               lr: float, batch_size: int, seed: int = 0,
+               max_grad_norm: Optional[float] = None, log_every: int = 0) -> List[float]:
     """
-    Minimise the model's one-step loss with Adam over shuffled transitions.
+    Minimise `loss_fn(model, batch)` with Adam over shuffled rows of `data`, epoch by epoch.
 
-    Returns the mean training loss per epoch. The learning rate decays by cosine to 5 %.
+    The learning rate decays by cosine to 5 %; gradients are clipped to `max_grad_norm` when
+    given. Returns the mean training loss per epoch; the model ends in eval mode.
     """
     generator = torch.Generator().manual_seed(seed)
-    data = train.transitions()
     count = data.observations.shape[0]
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs, lr * 0.05)
+    for parameter in model.parameters():
+        parameter.requires_grad_(True)   # an optimisation through the model may have frozen them
     history = []
     model.train()
     for epoch in range(epochs):
@@ -285,10 +288,12 @@ def fit_car_model(model: CarModel, train: CarDataset, epochs: int, lr: float = 1
         total = 0.0
         for start in range(0, count, batch_size):
             index = order[start:start + batch_size]
-            loss, _ = model.loss(SequenceBatch(data.observations[index], data.actions[index],
-                                               data.targets[index]))
+            loss = loss_fn(model, SequenceBatch(data.observations[index], data.actions[index],
+                                                data.targets[index]))
             optimizer.zero_grad()
             loss.backward()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimizer.step()
             total += float(loss.detach()) * index.numel()
         schedule.step()
@@ -297,6 +302,18 @@ def fit_car_model(model: CarModel, train: CarDataset, epochs: int, lr: float = 1
             print(f'epoch {epoch + 1}: loss {history[-1]:.4f}', flush=True)
     model.eval()
     return history
+
+
+def fit_car_model(model: CarModel, train: CarDataset, epochs: int, lr: float = 1e-3,
+                  batch_size: int = 256, seed: int = 0,
+                  log_every: int = 0) -> List[float]:
+    """
+    Minimise the model's one-step loss with Adam over shuffled transitions.
+
+    Returns the mean training loss per epoch. The learning rate decays by cosine to 5 %.
+    """
+    return fit_epochs(model, train.transitions(), lambda m, batch: m.loss(batch)[0], epochs,
+                      lr, batch_size, seed, log_every=log_every)
 
 
 # Held-out DART drives: one free-driving and one steering-identification recording (the
