@@ -151,15 +151,24 @@ def _replay(model: DynamicsModel, state: Any, observations: np.ndarray, actions:
             ) -> Tuple[Any, Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]]:
     """Step `model` over (k, n_obs) observations; return the state and the last output."""
     output = None
-    use_actions = actions.shape[1] > 0
-    with torch.inference_mode():
-        for k in range(observations.shape[0]):
-            obs = torch.from_numpy(observations[k:k + 1])
-            act = torch.from_numpy(actions[k:k + 1]) if use_actions else None
-            step = model.step(state, obs, act)
-            state = step.state
-            output = (step.prediction, step.variance)
+    for k in range(observations.shape[0]):
+        step = _torch_step(model, state, observations[k],
+                           actions[k] if actions.shape[1] else None)
+        state = step.state
+        output = (step.prediction, step.variance)
     return state, output
+
+
+def _torch_step(model: DynamicsModel, state: Any, observation: np.ndarray,
+                action: Optional[np.ndarray]) -> Any:
+    """One `model.step` on a single sample given as numpy rows, without autograd."""
+    # from_numpy on a fresh float32 row: no dtype dispatch in torch, and no buffer a model
+    # could keep in its state and see overwritten by the next message.
+    obs = torch.from_numpy(np.array(observation, np.float32).reshape(1, -1))
+    act = (None if action is None
+           else torch.from_numpy(np.array(action, np.float32).reshape(1, -1)))
+    with torch.inference_mode():
+        return model.step(state, obs, act)
 
 
 def _all_finite(tensors) -> bool:
@@ -462,16 +471,19 @@ class StreamingPredictor:
                                  f'{observation}')
             mean, self._state = self._stepper.step(self._state, observation)
             return mean, None
-        # from_numpy on a fresh float32 row: no dtype dispatch in torch, and no buffer a
-        # model could keep in its state and see overwritten by the next message.
-        obs = torch.from_numpy(np.array(observation, np.float32).reshape(1, -1))
-        act = (None if action is None
-               else torch.from_numpy(np.array(action, np.float32).reshape(1, -1)))
-        with torch.inference_mode():
-            step = self._model.step(self._state, obs, act)
+        step = _torch_step(self._model, self._state, observation, action)
         self._state = step.state
         mean, variance = step.prediction, step.variance
         return mean[0].numpy(), None if variance is None else variance[0].numpy()
+
+
+def trainer_stats(trainer: ContinualTrainer, buffer: StreamingBuffer) -> Dict[str, Any]:
+    """Return the trainer's and its buffer's counters under their diagnostics names."""
+    return {'samples': buffer.total, 'segment_breaks': buffer.breaks,
+            'reservoir_windows': buffer.reservoir_size, 'train_steps': trainer.steps,
+            'rejected_steps': trainer.rejected_steps, 'training_loss': trainer.last_loss,
+            'renormalizations': trainer.renormalizations, 'train_seconds': trainer.busy_seconds,
+            'checkpoints_written': trainer.checkpoints_written, 'last_error': trainer.last_error}
 
 
 def save_with_physics(save: SaveFunction, physics: Any, model: DynamicsModel,
@@ -533,9 +545,8 @@ class ContinualLearner:
         if target is not None:
             self.buffer.append(stamp, observation, action, target)
 
-    def _buffer_counts(self) -> Dict[str, int]:
-        return {'samples': self.buffer.total, 'segment_breaks': self.buffer.breaks,
-                'reservoir_windows': self.buffer.reservoir_size}
+    def _trainer_stats(self) -> Dict[str, Any]:
+        return trainer_stats(self.trainer, self.buffer)
 
     def start(self) -> None:
         """Start training in the background."""
@@ -583,15 +594,8 @@ class ContinualLearner:
 
     def diagnostics(self) -> dict:
         """Return counters and metrics (floats and ints) for the log and the status topic."""
-        trainer = self.trainer
-        return {**self._buffer_counts(), 'train_steps': trainer.steps,
-                'rejected_steps': trainer.rejected_steps, 'training_loss': trainer.last_loss,
-                'renormalizations': trainer.renormalizations,
-                'prequential_nmse': self.prequential.nmse(),
+        return {**self._trainer_stats(), 'prequential_nmse': self.prequential.nmse(),
                 'weights_version': self.predictor.version,
-                'train_seconds': trainer.busy_seconds,
-                'checkpoints_written': trainer.checkpoints_written,
-                'last_error': trainer.last_error,
                 **({} if self.physics is None
                    else {'payload_mass_change_kg': float(self.physics.state()[0]),
                          'payload_resets': self.physics.resets})}

@@ -37,7 +37,7 @@ from robot_dynamics_learning.learning.checkpoint import checkpoint_payload, mode
 from robot_dynamics_learning.learning.continual import (ContinualLearner, ContinualTrainer,
                                                         LearnerConfig, ObservationHistory,
                                                         Published, save_with_physics,
-                                                        SaveFunction)
+                                                        SaveFunction, trainer_stats)
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.processes import die_with_parent
 import torch
@@ -117,16 +117,6 @@ def _map_nested(function: Callable[[Any], Any], value: Any) -> Any:
     return value
 
 
-def trainer_stats(trainer: ContinualTrainer, buffer: StreamingBuffer) -> Dict[str, Any]:
-    """Return the counters `ContinualLearner.diagnostics` reports, as plain values."""
-    return {'steps': trainer.steps, 'rejected_steps': trainer.rejected_steps,
-            'last_loss': trainer.last_loss, 'renormalizations': trainer.renormalizations,
-            'busy_seconds': trainer.busy_seconds,
-            'checkpoints_written': trainer.checkpoints_written,
-            'last_error': trainer.last_error, 'total': buffer.total, 'breaks': buffer.breaks,
-            'reservoir_size': buffer.reservoir_size}
-
-
 class _PhysicsState:
     """The newest payload estimate the parent sent: what a hybrid checkpoint stores."""
 
@@ -159,7 +149,6 @@ class SampleForwarder:
         self._oldest = 0.0
         # The hybrid's payload estimate (lives here, goes with each block for checkpoints).
         self.physics_state: Optional[Callable[[], np.ndarray]] = None
-        self.sent = 0
 
     def add(self, stamp: float, observation: np.ndarray, action: np.ndarray,
             target: Optional[np.ndarray]) -> None:
@@ -189,7 +178,6 @@ class SampleForwarder:
                          self._act[:k].copy(), self._target[:k].copy(),
                          self._has_target[:k].copy(), physics))
         self._count = 0
-        self.sent += k
 
     def reset(self) -> None:
         """Send the pending samples, then a discontinuity marker."""
@@ -201,8 +189,8 @@ class TrainerProcess:
     """
     Parent-side handle of a `ContinualTrainer` running in a child process.
 
-    Offers what `ContinualLearner` uses of a trainer (`published`, `start`, `stop` and the
-    counters), plus `forwarder` (the sample sink) and the buffer counters of the child.
+    Offers what `ContinualLearner` uses of a trainer (`published`, `start`, `stop`), plus
+    `forwarder` (the sample sink) and `stats`: the child's newest `trainer_stats`.
     """
 
     def __init__(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
@@ -223,22 +211,15 @@ class TrainerProcess:
             parameter.requires_grad_(False)
         self._lock = threading.Lock()
         self._published = Published(0, self._template)
-        self._stats: Dict[str, Any] = {'steps': start_step, 'rejected_steps': 0,
-                                       'last_loss': float('nan'), 'renormalizations': 0,
-                                       'busy_seconds': 0.0, 'checkpoints_written': 0,
-                                       'last_error': '', 'total': 0, 'breaks': 0,
-                                       'reservoir_size': 0}
+        self.stats: Dict[str, Any] = {'samples': 0, 'segment_breaks': 0,
+                                      'reservoir_windows': 0, 'train_steps': start_step,
+                                      'rejected_steps': 0, 'training_loss': float('nan'),
+                                      'renormalizations': 0, 'train_seconds': 0.0,
+                                      'checkpoints_written': 0, 'last_error': ''}
         self._stopped = threading.Event()
         self._receiver: Optional[threading.Thread] = None
         self.forwarder = SampleForwarder(self._samples, n_obs, n_act, n_target, process)
         self.history: Optional[ObservationHistory] = None   # set by ContinualLearner
-
-    def __getattr__(self, name: str) -> Any:
-        """Counters of the child (steps, rejected_steps, last_loss, ...), newest report."""
-        stats = self.__dict__.get('_stats')
-        if stats is not None and name in stats:
-            return stats[name]
-        raise AttributeError(name)
 
     def published(self) -> Published:
         """Return the newest weights handed over by the child."""
@@ -264,7 +245,7 @@ class TrainerProcess:
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(timeout=2.0)
-            self._stats['last_error'] = 'trainer process did not stop in time: terminated'
+            self.stats['last_error'] = 'trainer process did not stop in time: terminated'
         self._samples.cancel_join_thread()
         self._receiver.join(timeout=1.0)
 
@@ -275,9 +256,9 @@ class TrainerProcess:
                 message = self._results.get(timeout=0.5)
             except queue.Empty:
                 if not self._process.is_alive():
-                    self._stats['last_error'] = (f'trainer process exited (code '
-                                                 f'{self._process.exitcode}); predicting with '
-                                                 'the last weights')
+                    self.stats['last_error'] = (f'trainer process exited (code '
+                                                f'{self._process.exitcode}); predicting with '
+                                                'the last weights')
                     self._stopped.set()
                 continue
             kind = message[0]
@@ -287,11 +268,11 @@ class TrainerProcess:
                 model.load_state_dict(to_torch(state_dict))
                 with self._lock:
                     self._published = Published(version, model, to_torch(state), seq)
-                self._stats = stats
+                self.stats = stats
             elif kind == 'stats':
-                self._stats = message[1]
+                self.stats = message[1]
             elif kind == 'stopped':
-                self._stats = message[1]
+                self.stats = message[1]
                 self._stopped.set()
 
 
@@ -395,10 +376,8 @@ class ProcessLearner(ContinualLearner):
                target: Optional[np.ndarray]) -> None:
         self.trainer.forwarder.add(stamp, observation, action, target)
 
-    def _buffer_counts(self) -> Dict[str, int]:
-        trainer = self.trainer
-        return {'samples': trainer.total, 'segment_breaks': trainer.breaks,
-                'reservoir_windows': trainer.reservoir_size}
+    def _trainer_stats(self) -> Dict[str, Any]:
+        return self.trainer.stats
 
     def reset(self) -> None:
         """Mark a discontinuity: in the child's buffer and in the recurrent state."""
