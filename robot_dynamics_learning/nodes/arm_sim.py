@@ -11,7 +11,6 @@ are simulated up to three ahead of publication: `block` 50 at 1 kHz, 150 ms). Wi
 (ros2_control effort-controller style).
 """
 import functools
-import math
 import threading
 import time
 from typing import List
@@ -28,8 +27,6 @@ from robot_dynamics_learning.sim.arm_stream import ArmStream
 from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
-
-MAX_STEP_S = 1e-3   # longest integration step of the simulated arm
 
 
 class ArmSimNode(Node):
@@ -70,10 +67,8 @@ class ArmSimNode(Node):
         if len(schedule) % 2:
             raise ValueError(f'payload_schedule needs (time, mass) pairs, got {schedule}')
         block = int(get('block').value)
-        dt = 1.0 / get('rate_hz').value
         config = ArmConfig(
-            # Euler steps of at most 1 ms: the elastic joints diverged within 2 s at 2 ms.
-            urdf=get('urdf').value, dt=dt, substeps=max(1, math.ceil(dt / MAX_STEP_S - 1e-9)),
+            urdf=get('urdf').value, dt=1.0 / get('rate_hz').value,
             noise_position=get('noise_position').value,
             noise_velocity=get('noise_velocity').value, noise_effort=get('noise_effort').value,
             payload_mass=get('payload_mass').value,
@@ -141,8 +136,9 @@ class ArmSimNode(Node):
             message = self.stream.next_message(timeout=0.1)
             if message is None:
                 continue
-            if message[0] == 'log':
-                self.get_logger().info(message[1])
+            if message[0] in ('log', 'error'):
+                log = self.get_logger()
+                (log.info if message[0] == 'log' else log.error)(message[1])
                 continue
             if message[0] != 'block':   # the end of the simulated duration
                 return

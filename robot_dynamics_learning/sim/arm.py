@@ -22,9 +22,10 @@ misses friction, motor inertia, elasticity and payload.
 
 Vectorised: `batch` arms in parallel; per step one ABA call plus a few (batch, n) array ops,
 and the feedforward for a whole block in one RNEA call. Integration: semi-implicit Euler with
-`substeps` per sample. Units SI; time in seconds.
+`ArmConfig.euler_steps` per sample (steps of at most 1 ms). Units SI; time in seconds.
 """
 from dataclasses import dataclass, field
+import math
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 import xml.etree.ElementTree as ElementTree
@@ -63,21 +64,23 @@ class ArmConfig:
     """
     Physical and numerical settings of the simulated arm (per-joint tuples have n entries).
 
-    urdf: URDF path ('' = urdf/panda.urdf). dt: sample period (s; 1 kHz by default).
-    substeps: Euler steps per sample. integrator: 'aba' (one ABA call per substep, the
-    reference) or 'block' (mass matrix and bias batched per block, see `run`: about four
-    torch calls per block instead of one per substep, for real time); corrections: its
-    correction passes. coulomb, static, viscous: friction Fc, Fs (N m), Fv (N m s/rad);
-    stribeck_velocity vs and friction_smoothing v_eps (rad/s). stiffness K (N m/rad),
-    spring_damping D (N m s/rad), motor_inertia B (kg m^2, reflected). kp (N m/rad),
-    kd (N m s/rad): PD gains on the motor angle. noise_*: standard deviations of position
-    (rad), velocity (rad/s) and effort (N m) noise. payload_mass (kg), payload_com (m, flange
-    frame). seed: noise. reference: the trajectory to track.
+    urdf: URDF path ('' = urdf/panda.urdf). dt: sample period (s; 1 kHz by default). substeps:
+    Euler steps per sample, raised to keep steps of at most max_step_s (the elastic joints
+    diverged within 2 s at 2 ms steps, e.g. sampling at 500 Hz): `euler_steps`. integrator:
+    'aba' (one ABA call per substep, the reference) or 'block' (mass matrix and bias batched
+    per block, see `run`: about four torch calls per block instead of one per substep, for real
+    time); corrections: its correction passes. coulomb, static, viscous: friction Fc, Fs (N m),
+    Fv (N m s/rad); stribeck_velocity vs and friction_smoothing v_eps (rad/s). stiffness K (N
+    m/rad), spring_damping D (N m s/rad), motor_inertia B (kg m^2, reflected). kp (N m/rad), kd
+    (N m s/rad): PD gains on the motor angle. noise_*: standard deviations of position (rad),
+    velocity (rad/s) and effort (N m) noise. payload_mass (kg), payload_com (m, flange frame).
+    seed: noise. reference: the trajectory to track.
     """
 
     urdf: str = ''
     dt: float = 1e-3
     substeps: int = 1
+    max_step_s: float = 1e-3
     integrator: str = 'block'
     corrections: int = 1
     coulomb: Tuple[float, ...] = _seven(0.8, 0.8, 0.6, 0.6, 0.3, 0.2, 0.2)
@@ -108,6 +111,8 @@ class ArmConfig:
             raise ValueError(f'corrections must be >= 0, got {self.corrections}')
         if self.substeps < 1:
             raise ValueError(f'substeps must be >= 1, got {self.substeps}')
+        if not self.max_step_s > 0:
+            raise ValueError(f'max_step_s must be > 0, got {self.max_step_s}')
         for name in ('stiffness', 'motor_inertia'):
             if min(getattr(self, name)) <= 0:
                 raise ValueError(f'{name} must be > 0 for every joint, got {getattr(self, name)}')
@@ -122,6 +127,11 @@ class ArmConfig:
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
         if len(self.payload_com) != 3:
             raise ValueError(f'payload_com must have 3 entries, got {self.payload_com}')
+
+    @property
+    def euler_steps(self) -> int:
+        """Return the Euler steps per sample: `substeps`, more if dt / substeps > max_step_s."""
+        return max(self.substeps, math.ceil(self.dt / self.max_step_s - 1e-9))
 
 
 def urdf_with_payload(urdf_text: str, mass: float, com: Tuple[float, float, float],
@@ -276,7 +286,7 @@ class ArmSimulator:
         nothing is committed.
         """
         c, p = self.config, self._p
-        steps, sub = u_ff.shape[0], c.substeps
+        steps, sub = u_ff.shape[0], c.euler_steps
         h = c.dt / sub
         q, qd, th, thd = self.q, self.qd, self.th, self.thd
         shape = (steps,) + q.shape
@@ -323,12 +333,12 @@ class ArmSimulator:
             # integrated again with them (each correction reduces the error by about the
             # relative change of M and h over the block).
             inverse, bias = self._mass_and_bias(self.q[None], self.qd[None])
-            index = np.zeros(steps * c.substeps, dtype=np.intp)
+            index = np.zeros(steps * c.euler_steps, dtype=np.intp)
             for correction in range(c.corrections + 1):
                 if correction:
                     inverse, bias = self._mass_and_bias(result['visited_q'],
                                                         result['visited_qd'])
-                    index = np.arange(steps * c.substeps)
+                    index = np.arange(steps * c.euler_steps)
 
                 def dynamics(j, q, qd, tau_s, inverse=inverse, bias=bias, index=index):
                     return np.einsum('bij,bj->bi', inverse[index[j]], tau_s - bias[index[j]])

@@ -8,9 +8,10 @@ block's 50 ms period). In a child process the publisher only waits for its clock
 
 `ArmStream.start()` spawns the child; `next_message()` returns what it sends, in order:
 ('block', ArmSamples, payload mass in kg) for every block, ('log', text) for events worth a
-log line (a scripted payload change, a diverged simulation), ('end',) when the simulated
-duration is over or the simulation stopped. `request_payload(mass)` applies from the next
-block the child simulates (blocks are simulated up to `ahead` + 1 ahead of publication).
+log line (a scripted payload change), ('error', text) when the simulation diverged, then
+('end',) when the simulated duration is over or the simulation stopped.
+`request_payload(mass)` applies from the next block the child simulates (blocks are simulated
+up to `ahead` + 1 ahead of publication).
 """
 import multiprocessing
 import os
@@ -103,7 +104,7 @@ def _simulate(config: ArmConfig, block: int, duration: float,
         try:
             samples = sim.run(block)
         except FloatingPointError as error:
-            messages.put(('log', f'simulation stopped: {error}'))
+            messages.put(('error', f'simulation stopped: {error}'))
             break
         messages.put(('block', samples, sim.payload[0]))
         if os.getppid() != parent_pid:
