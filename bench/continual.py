@@ -20,6 +20,7 @@ end-to-end latency (input stamp to prediction received by the probe), resident m
 growth of the learner and its trainer process.
 
     .venv/bin/python -m bench.continual [--models hybrid lstm] [--live 60|600] [--quick]
+        [--realtime-priority 50]
 
 Writes bench/results/continual.json and docs/img/continual_*.png; node logs, the Kinova bag
 (derived from the shared data, so never in git) and records go to out/bench_continual/. The
@@ -31,6 +32,7 @@ import os
 from pathlib import Path
 import struct
 import sys
+import threading
 import time
 from typing import Dict, List, Optional
 
@@ -42,6 +44,7 @@ from robot_dynamics_learning.learning.continual import (ContinualLearner,
                                                         InverseDynamicsStream, LearnerConfig,
                                                         TrainerConfig)
 from robot_dynamics_learning.models.registry import build_model, MODEL_TYPES
+from robot_dynamics_learning.processes import set_realtime_priority
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator, find_urdf
 from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
@@ -185,11 +188,15 @@ def _tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def live(seconds: float, urdf: str, model: str, learner_params: Optional[dict] = None) -> dict:
+def live(seconds: float, urdf: str, model: str, learner_params: Optional[dict] = None,
+         realtime_priority: int = 0) -> dict:
     """
     Run arm_sim + dynamics_learner (`model`) over DDS; measure coverage, latency, memory.
 
     learner_params: further dynamics_learner parameters (e.g. trainer_process false).
+    realtime_priority > 0: arm_sim, the learner and the probe (the controller that would use
+    the predictions) run their threads under SCHED_FIFO at that priority; the trainer and
+    the arm physics processes stay ordinary, niced ones.
     """
     sys.path.insert(0, str(ROOT / 'test'))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -202,8 +209,9 @@ def live(seconds: float, urdf: str, model: str, learner_params: Optional[dict] =
     load_start = os.getloadavg()
     log = SCRATCH / 'live'
     log.mkdir(parents=True, exist_ok=True)
+    realtime = {'realtime_priority': realtime_priority} if realtime_priority else {}
     learner = start_node('dynamics_learner', {'diagnostics_period_s': 1.0, 'model': model,
-                                              'urdf': urdf, **(learner_params or {})},
+                                              'urdf': urdf, **realtime, **(learner_params or {})},
                          log_path=log / 'learner.log')
     received, diagnostics, memory = [], {}, []
     try:
@@ -227,7 +235,9 @@ def live(seconds: float, urdf: str, model: str, learner_params: Optional[dict] =
                                            on_prediction, probe_qos, raw=True)
             probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
             wait_for(lambda: diagnostics, 60)
-            params = {'duration_s': seconds, **({'urdf': urdf} if urdf else {})}
+            if realtime_priority:
+                set_realtime_priority(realtime_priority)
+            params = {'duration_s': seconds, **realtime, **({'urdf': urdf} if urdf else {})}
             sim = start_node('arm_sim', params, log_path=log / 'arm_sim.log')
             process = psutil.Process(learner.pid)
             started = time.monotonic()
@@ -264,6 +274,7 @@ def live(seconds: float, urdf: str, model: str, learner_params: Optional[dict] =
         'rss_growth_mb': float(settled[-1] - settled[0]) if settled.size else None,
         'train_steps': diagnostics.get('train_steps'),
         'model': model, 'learner_params': learner_params or {},
+        'realtime_priority': realtime_priority,
         'load_average_start': load_start, 'load_average': os.getloadavg(),
     }
 
@@ -366,6 +377,9 @@ def main(argv=None) -> None:
     parser.add_argument('--live', type=float, default=60.0,
                         help='seconds of the live DDS run (0: skip; 600 for the 10-minute '
                         'memory-growth check)')
+    parser.add_argument('--realtime-priority', type=int, default=50,
+                        help='also repeat the live run with arm_sim, learner and probe under '
+                        'SCHED_FIFO at this priority (0: do not; skipped without permission)')
     parser.add_argument('--quick', action='store_true', help='shorter stream (smoke test)')
     parser.add_argument('--kinova', type=int, default=1,
                         help='1: also play the Kinova recordings through the nodes')
@@ -397,9 +411,38 @@ def main(argv=None) -> None:
         results['live'] = live(args.live, args.urdf, args.live_model,
                                json.loads(args.live_params))
         print(json.dumps(results['live'], indent=1))
+        if args.realtime_priority:
+            results['live_realtime'] = live_realtime(args)
     results['load_average_end'] = os.getloadavg()
     (RESULTS / 'continual.json').write_text(json.dumps(results, indent=1, default=str))
     print(f'wrote {RESULTS / "continual.json"}')
+
+
+def live_realtime(args: argparse.Namespace) -> dict:
+    """Repeat the live run under SCHED_FIFO if this process may use it (else say why not)."""
+    if not realtime_allowed(args.realtime_priority):
+        return {'skipped': f'SCHED_FIFO priority {args.realtime_priority} not permitted here'}
+    print(f'live run again, nodes under SCHED_FIFO {args.realtime_priority} ...', flush=True)
+    result = live(args.live, args.urdf, args.live_model, json.loads(args.live_params),
+                  args.realtime_priority)
+    print(json.dumps(result, indent=1))
+    return result
+
+
+def realtime_allowed(priority: int) -> bool:
+    """Return whether SCHED_FIFO at `priority` is permitted (tried on a throwaway thread)."""
+    outcome = []
+
+    def attempt() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            outcome.append(True)
+        except (OSError, AttributeError):   # no permission, or not Linux
+            outcome.append(False)
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    thread.join()
+    return outcome[0]
 
 
 def offline(args: argparse.Namespace) -> dict:

@@ -28,6 +28,7 @@ def generate_launch_description() -> LaunchDescription:
     params_file = LaunchConfiguration('params_file')
     checkpoint_dir = LaunchConfiguration('checkpoint_dir')
     namespace = LaunchConfiguration('namespace')
+    realtime_priority = ParameterValue(LaunchConfiguration('realtime_priority'), value_type=int)
     use_sim_time = ParameterValue(LaunchConfiguration('use_sim_time'), value_type=bool)
     return LaunchDescription([
         DeclareLaunchArgument('model', default_value='hybrid',
@@ -42,6 +43,9 @@ def generate_launch_description() -> LaunchDescription:
                               default_value=os.path.join(os.path.expanduser('~'), '.rdl',
                                                          'arm_checkpoints'),
                               description='folder of checkpoints (resumed at start)'),
+        DeclareLaunchArgument('realtime_priority', default_value='0',
+                              description='SCHED_FIFO priority (1-99) of all node threads; '
+                              '0: normal scheduling (needs CAP_SYS_NICE or an rtprio limit)'),
         DeclareLaunchArgument('namespace', default_value='',
                               description='namespace of the nodes (joint_states is relative)'),
         DeclareLaunchArgument('use_sim_time', default_value='false',
@@ -52,10 +56,12 @@ def generate_launch_description() -> LaunchDescription:
              namespace=namespace, output='screen',
              parameters=[params_file, {'model': model, 'checkpoint_dir': checkpoint_dir,
                                        'urdf': LaunchConfiguration('urdf'),
-                                       'use_sim_time': use_sim_time}]),
+                                       'use_sim_time': use_sim_time,
+                                       'realtime_priority': realtime_priority}]),
         Node(package=PACKAGE, executable='torque_predictor', name='torque_predictor',
              namespace=namespace, output='screen',
              condition=IfCondition(LaunchConfiguration('predictor')),
              parameters=[params_file, {'checkpoint_dir': checkpoint_dir,
-                                       'use_sim_time': use_sim_time}]),
+                                       'use_sim_time': use_sim_time,
+                                       'realtime_priority': realtime_priority}]),
     ])

@@ -23,6 +23,7 @@ def generate_launch_description() -> LaunchDescription:
     """Declare the arguments, the simulator and the learner."""
     share = get_package_share_directory(PACKAGE)
     namespace = LaunchConfiguration('namespace')
+    realtime_priority = ParameterValue(LaunchConfiguration('realtime_priority'), value_type=int)
     return LaunchDescription([
         DeclareLaunchArgument('model', default_value='hybrid',
                               description='lstm | ac_rkn_inverse | hybrid | rigid_body | ffnn'),
@@ -38,16 +39,21 @@ def generate_launch_description() -> LaunchDescription:
                               description='YAML parameters of dynamics_learner'),
         DeclareLaunchArgument('checkpoint_dir', default_value='',
                               description="checkpoint folder ('' = none)"),
+        DeclareLaunchArgument('realtime_priority', default_value='0',
+                              description='SCHED_FIFO priority (1-99) of all node threads; '
+                              '0: normal scheduling (needs CAP_SYS_NICE or an rtprio limit)'),
         DeclareLaunchArgument('namespace', default_value='', description='node namespace'),
         Node(package=PACKAGE, executable='arm_sim', name='arm_sim', namespace=namespace,
              output='screen',
              parameters=[LaunchConfiguration('sim_params'), {
                  'payload_mass': ParameterValue(LaunchConfiguration('payload_mass'),
                                                 value_type=float),
-                 'trajectory': LaunchConfiguration('trajectory')}]),
+                 'trajectory': LaunchConfiguration('trajectory'),
+                 'realtime_priority': realtime_priority}]),
         Node(package=PACKAGE, executable='dynamics_learner', name='dynamics_learner',
              namespace=namespace, output='screen',
              parameters=[LaunchConfiguration('learner_params'), {
                  'model': LaunchConfiguration('model'),
-                 'checkpoint_dir': LaunchConfiguration('checkpoint_dir')}]),
+                 'checkpoint_dir': LaunchConfiguration('checkpoint_dir'),
+                 'realtime_priority': realtime_priority}]),
     ])

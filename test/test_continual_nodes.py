@@ -72,14 +72,28 @@ class Probe:
                         timeout=60)
 
 
+def assert_realtime_threads_ordinary_trainer(pid: int, log: str) -> None:
+    """realtime_priority 5: the node's threads run SCHED_FIFO, its trainer process does not."""
+    if 'not applied' in log:   # no CAP_SYS_NICE here: the node says so and runs on
+        return
+    assert 'run under SCHED_FIFO priority 5' in log, log
+    threads = os.listdir(f'/proc/{pid}/task')
+    assert {os.sched_getscheduler(int(t)) & ~os.SCHED_RESET_ON_FORK for t in threads} == \
+        {os.SCHED_FIFO}
+    children = psutil.Process(pid).children(recursive=True)
+    assert children, 'no trainer process'
+    assert {os.sched_getscheduler(child.pid) for child in children} == {os.SCHED_OTHER}
+
+
 def test_learner_counts_bad_messages_and_predicts_every_accepted_one(tmp_path):
     log = tmp_path / 'learner.log'
-    process = start_node('dynamics_learner', {**LEARNER, 'checkpoint_dir': str(tmp_path)},
-                         log_path=log)
+    process = start_node('dynamics_learner', {**LEARNER, 'checkpoint_dir': str(tmp_path),
+                                              'realtime_priority': 5}, log_path=log)
     try:
         with TestNode() as test_node:
             probe = Probe(test_node, 'dynamics_learner')
             assert probe.wait_ready(), log.read_text()
+            assert_realtime_threads_ordinary_trainer(process.pid, log.read_text())
             stamp = 1_000_000_000
             sent = []
             since_reset = 0

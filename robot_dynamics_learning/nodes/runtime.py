@@ -16,6 +16,8 @@ from rclpy.executors import (ExternalShutdownException, MultiThreadedExecutor,
 from rclpy.node import Node
 from rclpy.subscription import Subscription
 from robot_dynamics_learning.memory import retain_freed_memory
+from robot_dynamics_learning.nodes.parameters import declare
+from robot_dynamics_learning.processes import set_realtime_priority
 
 # Python's default 5 ms GIL switch interval lets one thread (a trainer, a solver, the
 # executor's own wait loop) hold the GIL for 5 ms while a callback thread waits: at
@@ -43,6 +45,7 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         # Objects alive now (torch, rclpy, the model) never change: a full collection
         # traversing them took 120-180 ms in the learner, a stall of 120+ messages at 1 kHz.
         gc.freeze()
+        _apply_realtime_priority(node)
         executor = (SingleThreadedExecutor() if threads == 1
                     else MultiThreadedExecutor(num_threads=threads))
         executor.add_node(node)
@@ -53,6 +56,23 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+
+
+def _apply_realtime_priority(node: Node) -> None:
+    """Declare `realtime_priority` (every node has it) and apply it; warn if not allowed."""
+    declare(node, 'realtime_priority', 0, 'SCHED_FIFO priority of all threads of this node '
+            '(1-99; 0: normal scheduling). Cuts the latency tail on a loaded machine; needs '
+            'CAP_SYS_NICE or an rtprio limit (docs/continual.md)', 0, 99)
+    priority = node.get_parameter('realtime_priority').value
+    if not priority:
+        return
+    try:
+        count = set_realtime_priority(priority)
+    except OSError as error:   # PermissionError included: run on, with normal scheduling
+        node.get_logger().warning(f'realtime_priority {priority} not applied ({error}); '
+                                  'running with normal scheduling')
+        return
+    node.get_logger().info(f'{count} threads run under SCHED_FIFO priority {priority}')
 
 
 def take_pending(subscription: Subscription) -> Optional[Any]:
