@@ -239,6 +239,19 @@ def test_fused_rollout_computes_the_mlp_velocity_sequence(mlp):
     assert torch.allclose(kept_tape, single_tape, atol=1e-6)
 
 
+def test_split_line_search_pass_equals_the_single_thread_one(mlp):
+    """workers=3 runs slices of the batch side by side: same velocities, same recorded()."""
+    single, split = FusedRollout(mlp), FusedRollout(mlp, workers=3)
+    v0, actions = torch.randn(200, 3), torch.rand(200, 20, 2) * 2 - 1
+    with torch.inference_mode():   # as in the line search
+        expected = single.velocities(v0, actions).clone()
+        got = split.velocities(v0, actions)
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert torch.allclose(split.recorded(150)[0], single.recorded(150)[0], atol=1e-6)
+    with pytest.raises(ValueError, match='workers'):
+        FusedRollout(mlp, workers=0)
+
+
 def test_fused_reverse_pass_matches_autograd(mlp):
     """The hand-written reverse pass equals autograd through the rollout (float64, 1e-5)."""
     model = copy.deepcopy(mlp).double()

@@ -77,6 +77,8 @@ class CarMPCNode(Node):
         declare('compile', False, 'torch.compile the cost (faster; the first start compiles '
                 'for a minute or more)')
         declare('torch_threads', 1, 'torch intra-op threads', 1, 64)
+        declare('line_search_threads', 1, 'threads sharing the batched line-search rollouts '
+                '(2 on 2 free cores: about 1.6x faster line searches)', 1, 64)
         declare('delay_compensation', True, 'plan from the state predicted (model plus the '
                 'committed command) at the time the command will apply: the state age plus '
                 'the expected solve time plus actuation_delay_s')
@@ -92,7 +94,8 @@ class CarMPCNode(Node):
             throttle_limits=(get('throttle_min').value, get('throttle_max').value),
             steering_limits=(-steer, steer),
             brake_command=(get('brake_throttle').value, 0.0), budget_s=get('budget_s').value,
-            compiled=get('compile').value)
+            compiled=get('compile').value,
+            line_search_threads=get('line_search_threads').value)
         self.stale_timeout = float(get('stale_timeout_s').value)
         self.delay_compensation = bool(get('delay_compensation').value)
         self.actuation_delay = float(get('actuation_delay_s').value)
