@@ -86,9 +86,9 @@ def set_realtime_priority(priority: int) -> int:
 
     Called once the node exists, so the middleware's receive threads are included: at 1 kHz
     on a loaded machine the tail latency is time spent runnable behind other processes, and
-    a real-time thread preempts them at once (ros2_control runs its loop this way). Processes
-    forked later (trainer, arm physics) start as ordinary SCHED_OTHER ones
-    (SCHED_RESET_ON_FORK). Needs CAP_SYS_NICE or an RLIMIT_RTPRIO of at least `priority`;
+    a real-time thread preempts them at once (ros2_control runs its loop this way). Child
+    processes stay ordinary SCHED_OTHER ones: those started before (trainer, arm physics) are
+    not touched, later ones are reset at fork (SCHED_RESET_ON_FORK). Needs CAP_SYS_NICE or an RLIMIT_RTPRIO of at least `priority`;
     raises PermissionError otherwise, ValueError outside 1-99, OSError off Linux.
     """
     if not 1 <= priority <= 99:
