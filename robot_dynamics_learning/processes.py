@@ -88,8 +88,9 @@ def set_realtime_priority(priority: int) -> int:
     on a loaded machine the tail latency is time spent runnable behind other processes, and
     a real-time thread preempts them at once (ros2_control runs its loop this way). Child
     processes stay ordinary SCHED_OTHER ones: those started before (trainer, arm physics) are
-    not touched, later ones are reset at fork (SCHED_RESET_ON_FORK). Needs CAP_SYS_NICE or an RLIMIT_RTPRIO of at least `priority`;
-    raises PermissionError otherwise, ValueError outside 1-99, OSError off Linux.
+    not touched, later ones are reset at fork (SCHED_RESET_ON_FORK). Needs CAP_SYS_NICE or
+    an RLIMIT_RTPRIO of at least `priority`; raises PermissionError otherwise, ValueError
+    outside 1-99, OSError off Linux.
     """
     if not 1 <= priority <= 99:
         raise ValueError(f'real-time priority must be in [1, 99], got {priority}')
