@@ -271,7 +271,10 @@ class TrackMPC:
         def cost_fn(u: torch.Tensor) -> torch.Tensor:
             velocities = fused.velocities(x0[:, 3:].expand(u.shape[0], 3), u)
             last['batch'] = (u, velocities)
-            return self._track_cost(velocities.transpose(0, 1), u, x0, s0, previous, window)
+            # the costs of the candidates split like their rollouts (line_search_threads)
+            return torch.cat(fused.map_slices(lambda k, low, high: self._track_cost(
+                velocities[:, low:high].transpose(0, 1), u[low:high], x0, s0, previous,
+                window), fused.slices(u.shape[0])))
 
         def grad_fn(u: torch.Tensor, hint: Optional[int] = None) -> Tuple[float, torch.Tensor]:
             if hint is None:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 import dataclasses
 import math
-from typing import Iterator, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple, TypeVar
 
 from robot_dynamics_learning.models.base import check_finite, SequenceBatch
 from robot_dynamics_learning.models.car_common import CarModel, N_ACT
@@ -19,6 +19,8 @@ from robot_dynamics_learning.models.common import ModelConfig
 import torch
 from torch import nn
 import torch.nn.functional as F
+
+T = TypeVar('T')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +184,19 @@ class FusedRollout:
                 self._buffers[key] = torch.empty(shape, dtype=self.dtype)
         return self._buffers[key]
 
+    def slices(self, batch: int) -> List[int]:
+        """Return the slice bounds [0, ..., batch] of a batch: up to `workers`, 64+ rows each."""
+        count = min(self.workers, max(1, batch // 64))
+        return [batch * k // count for k in range(count + 1)]
+
+    def map_slices(self, job: Callable[[int, int, int], T], bounds: List[int]) -> List[T]:
+        """Run job(k, low, high) for each slice of `bounds`, side by side; return results."""
+        spans = list(zip(bounds, bounds[1:]))
+        pending = [self._pool.submit(job, k, low, high)
+                   for k, (low, high) in enumerate(spans) if k]
+        first = job(0, *spans[0])
+        return [first] + [future.result() for future in pending]
+
     def _work(self, part: int, rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Return the two (rows, hidden) scratch buffers of slice `part` of a forward pass."""
         return (self._buffer(f'z0_{part}', (rows, self.width)),
@@ -226,19 +241,15 @@ class FusedRollout:
         from_actions = self._action_inputs(
             actions, self._buffer('actions', (steps, batch, self.width)))
         out = self._buffer('velocities', (steps, 3, batch))
-        slices = min(self.workers, max(1, batch // 64))
-        if slices == 1:
+        bounds = self.slices(batch)
+        if len(bounds) == 2:
             self._forward(v0, from_actions, out, self._work(0, batch))
         else:
-            bounds = [batch * k // slices for k in range(slices + 1)]
             parts = [self._buffer(f'part{k}', (steps, 3, high - low))
                      for k, (low, high) in enumerate(zip(bounds, bounds[1:]))]
-            jobs = [(v0[low:high], from_actions[:, low:high], part, self._work(k, high - low))
-                    for k, (low, high, part) in enumerate(zip(bounds, bounds[1:], parts))]
-            pending = [self._pool.submit(self._forward, *job) for job in jobs[1:]]
-            self._forward(*jobs[0])
-            for job in pending:
-                job.result()
+            self.map_slices(lambda k, low, high: self._forward(
+                v0[low:high], from_actions[:, low:high], parts[k], self._work(k, high - low)),
+                bounds)
             torch.cat(parts, dim=2, out=out)
         self._kept = (v0, out, from_actions)
         return out.transpose(1, 2)
