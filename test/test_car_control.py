@@ -252,6 +252,21 @@ def test_split_line_search_pass_equals_the_single_thread_one(mlp):
         FusedRollout(mlp, workers=0)
 
 
+def test_split_line_search_costs_equal_the_single_thread_ones(mlp):
+    """line_search_threads 2: the candidates' rollouts and track costs run in two slices."""
+    track = Track(load_track_spec(OVAL))
+    x, y, yaw = track.pose_at(1.0)
+    state = np.array([x, y, yaw, 1.2, 0.1, 0.3])
+    u = torch.rand(300, 20, 2) * 2 - 1
+    costs = []
+    for threads in (1, 2):
+        mpc = TrackMPC(mlp, track, MPCConfig(budget_s=10.0, line_search_threads=threads))
+        with torch.inference_mode():
+            costs.append(mpc.fast_closures(state)[0](u).clone())
+    assert costs[0].shape == (300,)
+    assert torch.allclose(costs[1], costs[0], rtol=1e-5)
+
+
 def test_fused_reverse_pass_matches_autograd(mlp):
     """The hand-written reverse pass equals autograd through the rollout (float64, 1e-5)."""
     model = copy.deepcopy(mlp).double()
