@@ -44,7 +44,7 @@ from robot_dynamics_learning.learning.continual import (ContinualLearner,
                                                         InverseDynamicsStream, LearnerConfig,
                                                         TrainerConfig)
 from robot_dynamics_learning.models.registry import build_model, MODEL_TYPES
-from robot_dynamics_learning.processes import set_realtime_priority
+from robot_dynamics_learning.processes import set_normal_scheduling, set_realtime_priority
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator, find_urdf
 from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
@@ -257,6 +257,8 @@ def live(seconds: float, urdf: str, model: str, learner_params: Optional[dict] =
             stop_node(sim)
     finally:
         stop_node(learner)
+        if realtime_priority:   # the benchmarks run after this one get ordinary threads
+            set_normal_scheduling()
     latency = np.array(received) * 1e-6
     accepted = float(diagnostics.get('messages_accepted', 0))
     rss = np.array([m for _, m in memory]) / 2**20

@@ -96,7 +96,16 @@ def set_realtime_priority(priority: int) -> int:
         raise ValueError(f'real-time priority must be in [1, 99], got {priority}')
     if not hasattr(os, 'SCHED_FIFO'):
         raise OSError('real-time scheduling needs Linux (os.SCHED_FIFO)')
-    policy = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+    return _schedule_all_threads(os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, priority)
+
+
+def set_normal_scheduling() -> int:
+    """Undo `set_realtime_priority`: every thread back to SCHED_OTHER; return the count."""
+    return _schedule_all_threads(os.SCHED_OTHER, 0)
+
+
+def _schedule_all_threads(policy: int, priority: int) -> int:
+    """Apply `policy` at `priority` to every thread of this process; return the count."""
     threads = [int(tid) for tid in os.listdir('/proc/self/task')]
     for tid in threads:
         try:
