@@ -83,10 +83,6 @@ class NumpyLSTMStepper:
         self._input = (_numpy(input_norm.mean), _numpy(input_norm.std))
         self._output = (_numpy(output_norm.mean), _numpy(output_norm.std))
 
-    def init_state(self) -> np.ndarray:
-        """Return the zero state."""
-        return np.zeros((2, len(self._layers), self._hidden), np.float32)
-
     def state_from(self, state: 'LSTMState') -> np.ndarray:
         """Convert a batch-1 `LSTMState` of the torch model."""
         return np.stack([_numpy(state.h[:, 0]), _numpy(state.c[:, 0])])
