@@ -98,8 +98,6 @@ def refine_on_scenarios(model: CarModel, rounds: int = 3, runs: int = 10,
                                         control_noise)
         random = car_dataset(simulated_drives(60.0 * random_minutes, CarParams(), noise,
                                               seed + round_, style=style), model.h)
-        for parameter in model.parameters():  # optimise_scenario froze them
-            parameter.requires_grad_(True)
         mix = _mix(random, car_dataset(targeted, model.h))
         fit_car_model(model, mix, epochs, lr, seed=seed + round_)
         if rollout_epochs:

@@ -157,8 +157,8 @@ class FusedRollout:
             self.hidden = [(layer.weight.t().contiguous(), layer.bias.clone())
                            for layer in linears[1:-1]]
             w_out = (linears[-1].weight * model.out_std[:, None]).t()  # (hidden, 3)
-            self.b_out = (linears[-1].bias * model.out_std + model.out_mean).clone()
-            self.b_out_column = self.b_out[:, None].clone()  # (3, 1)
+            b_out = linears[-1].bias * model.out_std + model.out_mean
+            self.b_out_column = b_out[:, None].clone()  # (3, 1)
             # transposes: the forward output layer and the reverse pass
             self.w_out_t = w_out.t().contiguous()  # (3, hidden)
             self.w_v_t = self.w_v.t().contiguous()
