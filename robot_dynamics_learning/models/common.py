@@ -7,7 +7,8 @@ weights (DESIGN.md): a checkpoint never needs a side file of statistics.
 import dataclasses
 from typing import Any, Dict, Optional, Sequence, Type, TypeVar
 
-from robot_dynamics_learning.models.base import check_finite, DynamicsModel, SequenceBatch
+from robot_dynamics_learning.models.base import (check_finite, DynamicsModel, SequenceBatch,
+                                                 StepOutput)
 import torch
 from torch import nn
 
@@ -99,6 +100,31 @@ class InverseModel(DynamicsModel):
         """Fit input and torque statistics on the training windows."""
         self.input_norm.fit(batch.observations)
         self.target_norm.fit(batch.targets)
+
+
+class StatelessStep:
+    """
+    Streaming `init_state` and `step` of inverse models whose output depends on x_t alone.
+
+    The model provides `n_obs` and `_predict_step(observation (B, n_obs)) -> tau (B, d)`; the
+    state is always None and `action` is ignored.
+    """
+
+    n_obs: int
+
+    def init_state(self, batch_size: int) -> None:
+        """Return None: the model has no state."""
+        return None
+
+    def step(self, state: None, observation: torch.Tensor,
+             action: Optional[torch.Tensor] = None) -> StepOutput:
+        """Predict tau_t (B, d) from x_t (B, 3 d), without autograd."""
+        check_step_input('observation', observation, self.n_obs)
+        with torch.no_grad():
+            return StepOutput(self._predict_step(observation), None, None)
+
+    def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
 
 def mlp(n_in: int, hidden: Sequence[int], n_out: int, activation: Type[nn.Module] = nn.ReLU,

@@ -7,12 +7,11 @@ Feed-forward network baseline (seed 004 Appendix D) for inverse or forward dynam
   back its own prediction like the recurrent models.
 """
 import dataclasses
-from typing import Optional, Tuple
+from typing import Tuple
 
-from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
-                                                 StepOutput)
-from robot_dynamics_learning.models.common import (check_batch, check_step_input,
-                                                   InverseModel, mlp, ModelConfig)
+from robot_dynamics_learning.models.base import DynamicsModel, Prediction, SequenceBatch
+from robot_dynamics_learning.models.common import (check_batch, InverseModel, mlp, ModelConfig,
+                                                   StatelessStep)
 from robot_dynamics_learning.models.feedback import FeedbackForwardModel
 import torch
 
@@ -36,7 +35,7 @@ class FFNNConfig(ModelConfig):
             raise ValueError(f'FFNNConfig.dropout must be in [0, 1), got {self.dropout}')
 
 
-class FFNNInverse(InverseModel):
+class FFNNInverse(StatelessStep, InverseModel):
     """Stateless inverse dynamics tau_t = f(x_t); actions are ignored."""
 
     config_class = FFNNConfig
@@ -45,17 +44,8 @@ class FFNNInverse(InverseModel):
         super().__init__(config, n_obs, n_act, n_target)
         self.net = mlp(n_obs, config.hidden, n_target, dropout=config.dropout)
 
-    def init_state(self, batch_size: int) -> None:
-        """Return None: the model has no state."""
-        return None
-
-    def step(self, state: None, observation: torch.Tensor,
-             action: Optional[torch.Tensor] = None) -> StepOutput:
-        """Predict tau_t (B, d) from x_t (B, 3 d)."""
-        check_step_input('observation', observation, self.n_obs)
-        with torch.no_grad():
-            tau = self.target_norm.denormalize(self.net(self.input_norm.normalize(observation)))
-        return StepOutput(tau, None, None)
+    def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.target_norm.denormalize(self.net(self.input_norm.normalize(observation)))
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau for every step independently."""

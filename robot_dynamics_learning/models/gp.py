@@ -10,11 +10,11 @@ normalised; the model is stateless (`step` ignores history and `actions`).
 """
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
-from robot_dynamics_learning.models.base import Prediction, SequenceBatch, StepOutput
-from robot_dynamics_learning.models.common import (check_batch, check_step_input,
-                                                   InverseModel, ModelConfig)
+from robot_dynamics_learning.models.base import Prediction, SequenceBatch
+from robot_dynamics_learning.models.common import (check_batch, InverseModel, ModelConfig,
+                                                   StatelessStep)
 import torch
 
 
@@ -55,7 +55,7 @@ def matern52(x1: torch.Tensor, x2: torch.Tensor, lengthscale: torch.Tensor,
     return signal_var[:, None, None] * (1.0 + r + r.pow(2) / 3.0) * torch.exp(-r)
 
 
-class ExactGP(InverseModel):
+class ExactGP(StatelessStep, InverseModel):
     """Exact GP inverse dynamics x_t -> tau_t; trained by `fit_data`, not by gradient steps."""
 
     config_class = GPConfig
@@ -135,16 +135,8 @@ class ExactGP(InverseModel):
         mean = torch.cat(out) if out else xn.new_zeros(0, self.n_target)
         return self.target_norm.denormalize(mean.to(x.dtype))
 
-    def init_state(self, batch_size: int) -> None:
-        """Return None: the GP has no state."""
-        return None
-
-    def step(self, state: None, observation: torch.Tensor,
-             action: Optional[torch.Tensor] = None) -> StepOutput:
-        """Predict tau_t (B, d) from x_t (B, 3 d)."""
-        check_step_input('observation', observation, self.n_obs)
-        with torch.no_grad():
-            return StepOutput(self._predict(observation), None, None)
+    def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
+        return self._predict(observation)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau for every step independently (posterior mean)."""

@@ -31,7 +31,7 @@ from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, ModelConfig,
-                                                   Normalizer)
+                                                   Normalizer, StatelessStep)
 from robot_dynamics_learning.models.lstm import lstm_step, LSTMState, NumpyLSTMStepper
 import torch
 from torch import nn
@@ -292,7 +292,7 @@ class PayloadEstimator:
             return self._dphi.copy()
 
 
-class RigidBodyInverse(DynamicsModel):
+class RigidBodyInverse(StatelessStep, DynamicsModel):
     """tau_t = RNEA(q_t, qd_t, qdd_t) from the URDF's (optionally learnable) parameters."""
 
     kind = 'inverse'
@@ -311,16 +311,8 @@ class RigidBodyInverse(DynamicsModel):
         """Fit the torque statistics that scale the loss."""
         self.target_norm.fit(batch.targets)
 
-    def init_state(self, batch_size: int) -> None:
-        """Return None: the model has no state."""
-        return None
-
-    def step(self, state: None, observation: torch.Tensor,
-             action: Optional[torch.Tensor] = None) -> StepOutput:
-        """Return RNEA torques (B, d) for x_t (B, 3 d)."""
-        check_step_input('observation', observation, self.n_obs)
-        with torch.no_grad():
-            return StepOutput(_rnea(self.body, observation), None, None)
+    def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
+        return _rnea(self.body, observation)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Return RNEA torques for every step."""
