@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 from robot_dynamics_learning.control.car_training import (build_car_model, fit_car_rollout,
                                                           rollout_loss)
-from robot_dynamics_learning.control.scenarios import (Scenario, SCENARIO_BY_NAME,
-                                                       slip_shortfall)
+from robot_dynamics_learning.control.scenarios import (run_scenario, Scenario,
+                                                       SCENARIO_BY_NAME, slip_shortfall)
 from robot_dynamics_learning.models.car_common import car_dataset, fit_car_model
-from robot_dynamics_learning.sim.car import CarParams, MocapNoise, simulate, slip_angle
+from robot_dynamics_learning.sim.car import (CarParams, MocapNoise, rear_slip_angle, simulate,
+                                             slip_angle)
 from robot_dynamics_learning.sim.driving import simulated_drives
 import torch
 
@@ -50,8 +51,23 @@ def test_drifting_turn_start_plan_drifts_in_the_simulator():
     step, demand = scenario.slip_targets[0]
     slip = slip_angle(states)
     assert np.degrees(slip.min()) < -20  # rear out of a left turn
+    assert np.degrees(rear_slip_angle(states, CarParams()).min()) < -25
     assert slip[step + 1] < 0.8 * demand
     assert states[-1, 2] > 0.8 * math.pi  # turned round
+
+
+def test_scenario_run_reports_errors_and_slip_angles_from_the_simulator():
+    torch.manual_seed(0)
+    model = build_car_model('car_mlp')
+    result = run_scenario(model, SCENARIO_BY_NAME['drifting_turn'], CarParams(), starts=3,
+                          iterations=1)
+    assert result['runs'] == 3 and result['simulated'].shape == (61, 6)
+    assert 0 <= result['mean_end_error_m'] <= result['max_end_error_m']
+    rear = np.degrees(np.abs(rear_slip_angle(result['simulated'], CarParams()))).max()
+    assert result['least_max_rear_slip_deg'] <= rear <= result['max_rear_slip_deg']
+    assert result['mean_max_side_slip_deg'] <= result['max_side_slip_deg']
+    # one iteration leaves the driver's recipe almost unchanged: the simulated car slides
+    assert result['least_max_rear_slip_deg'] > 20
 
 
 def test_rollout_fine_tuning_lowers_the_open_loop_loss():

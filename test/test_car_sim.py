@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from robot_dynamics_learning.sim.car import (car_step, CarParams, collect_driving, DrivingStyle,
-                                             emulate_mocap, MocapNoise, reset_indices,
-                                             simulate, slip_angle)
+                                             emulate_mocap, MocapNoise, rear_slip_angle,
+                                             reset_indices, simulate, slip_angle)
 from robot_dynamics_learning.sim.driving import simulated_drives
 
 
@@ -34,6 +34,18 @@ def test_full_throttle_full_lock_drifts():
     _, slipping = car_step(states[-2:-1], np.array([[1.0, 1.0]]), CarParams())
     assert np.degrees(np.abs(slip_angle(states))).max() > 20
     assert slipping[0, 1]  # the rear (driven) axle lets go
+
+
+def test_rear_slip_angle_tells_a_slide_from_the_steering_geometry():
+    params = CarParams()
+    grip = hold([0.15, 1.0], 3.0, params)  # slow, full lock: the car grips
+    geometric = np.arctan(params.rear_to_cg / params.wheelbase * np.tan(params.max_steer))
+    assert slip_angle(grip)[-1] == pytest.approx(geometric, abs=1e-3)  # 13.6 deg, no slide
+    assert np.degrees(np.abs(rear_slip_angle(grip, params))).max() < 0.1
+    drift = hold([1.0, 1.0], 3.0, params)
+    rear = rear_slip_angle(drift, params)
+    assert np.degrees(rear.min()) < -20  # the rear slides out of the left turn
+    assert np.abs(rear).max() > np.abs(slip_angle(drift)).max()
 
 
 def test_batched_steps_equal_single_steps():

@@ -20,7 +20,7 @@ import numpy as np
 from robot_dynamics_learning.control.costs import limit_barrier, regularizer, target_cost
 from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
 from robot_dynamics_learning.models.car_common import CarModel
-from robot_dynamics_learning.sim.car import CarParams, simulate, slip_angle
+from robot_dynamics_learning.sim.car import CarParams, rear_slip_angle, simulate, slip_angle
 import torch
 
 
@@ -142,8 +142,11 @@ def run_scenario(model: CarModel, scenario: Scenario, params: CarParams, starts:
     """
     Optimise once on the model, play from `starts` perturbed starts in the simulator.
 
-    Returns metrics (mean/max end-position error in m, max |slip angle| in degrees over the
-    runs, model-vs-simulator end gap for the nominal start) and the nominal arrays for plots.
+    Returns metrics and the nominal arrays for plots. Metrics: mean/max end-position error
+    (m); the rear axle's slip angle (`rear_slip_angle`, what says that the car slides), as the
+    largest |angle| of each run (deg): their max, mean and least over the runs, and along the
+    plan on the model; the body side-slip angle (`slip_angle`) the same way (max, mean); the
+    model-vs-simulator end gap for the nominal start (m).
     """
     controls, info = optimise_scenario(model, scenario, iterations)
     with torch.no_grad():
@@ -151,7 +154,7 @@ def run_scenario(model: CarModel, scenario: Scenario, params: CarParams, starts:
             controls, dtype=torch.float32)[None]).mean[0].numpy()
     rng = np.random.default_rng(seed)
     final = np.asarray(dict(scenario.targets)[scenario.steps - 1])
-    errors, slips, paths = [], [], []
+    errors, side_slips, rear_slips, paths = [], [], [], []
     for run in range(starts):
         if run == 0:
             start, run_params = np.zeros(6), params
@@ -161,14 +164,25 @@ def run_scenario(model: CarModel, scenario: Scenario, params: CarParams, starts:
         states = simulate(start[None], controls[None], run_params, model.h)[0]
         goal = _to_world(start, final)
         errors.append(float(np.hypot(*(states[-1, :2] - goal[:2]))))
-        slips.append(float(np.degrees(np.max(np.abs(slip_angle(states))))))
+        side_slips.append(_largest_deg(slip_angle(states)))
+        rear_slips.append(_largest_deg(rear_slip_angle(states, run_params)))
         paths.append(states)
     return {'name': scenario.name, 'steps': scenario.steps,
             'mean_end_error_m': float(np.mean(errors)), 'max_end_error_m': float(np.max(errors)),
-            'max_slip_deg': float(np.max(slips)), 'mean_max_slip_deg': float(np.mean(slips)),
+            'max_rear_slip_deg': float(np.max(rear_slips)),
+            'mean_max_rear_slip_deg': float(np.mean(rear_slips)),
+            'least_max_rear_slip_deg': float(np.min(rear_slips)),
+            'model_max_rear_slip_deg': _largest_deg(rear_slip_angle(predicted, params)),
+            'max_side_slip_deg': float(np.max(side_slips)),
+            'mean_max_side_slip_deg': float(np.mean(side_slips)),
             'model_vs_sim_end_m': float(np.hypot(*(predicted[-1, :2] - paths[0][-1, :2]))),
             'optimiser': info, 'controls': controls, 'predicted': predicted,
             'simulated': paths[0], 'runs': starts}
+
+
+def _largest_deg(angles: np.ndarray) -> float:
+    """Largest |angle| of a run, in degrees."""
+    return float(np.degrees(np.max(np.abs(angles))))
 
 
 def run_all(model: CarModel, params: CarParams, starts: int = 20, seed: int = 0,
@@ -179,7 +193,7 @@ def run_all(model: CarModel, params: CarParams, starts: int = 20, seed: int = 0,
 
 
 def plot_scenarios(results: List[Dict[str, object]], path: Path) -> Path:
-    """Save one panel per scenario: predicted vs simulated path, targets, slip angle."""
+    """Save one panel per scenario: predicted vs simulated path, targets, slip angles."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -194,7 +208,8 @@ def plot_scenarios(results: List[Dict[str, object]], path: Path) -> Path:
                      head_width=0.04, color='k')
         ax.set_aspect('equal')
         ax.set_title(f"{result['name']}: end error {result['mean_end_error_m']:.2f} m, "
-                     f"slip {result['max_slip_deg']:.0f} deg", fontsize=9)
+                     f"rear slip {result['max_rear_slip_deg']:.0f} deg "
+                     f"(side slip {result['max_side_slip_deg']:.0f})", fontsize=9)
         ax.set_xlabel('x (m)')
         ax.set_ylabel('y (m)')
     np.atleast_1d(axes)[0].legend(fontsize=8)

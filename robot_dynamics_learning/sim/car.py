@@ -135,11 +135,33 @@ def simulate(state0: np.ndarray, commands: np.ndarray, params: CarParams,
     return np.stack(states, axis=1)
 
 
-def slip_angle(state: np.ndarray, min_speed: float = 0.3) -> np.ndarray:
-    """Side-slip angle atan2(vy, vx) (rad) of (..., 6) states; 0 below min_speed (m/s)."""
+def _travel_angle(state: np.ndarray, lateral: np.ndarray, min_speed: float) -> np.ndarray:
+    """atan2(lateral, |vx|) (rad) of (..., 6) states; 0 where the car moves below min_speed."""
     speed = np.hypot(state[..., 3], state[..., 4])
-    angle = np.arctan2(state[..., 4], np.abs(state[..., 3]))
-    return np.where(speed > min_speed, angle, 0.0)
+    return np.where(speed > min_speed, np.arctan2(lateral, np.abs(state[..., 3])), 0.0)
+
+
+def slip_angle(state: np.ndarray, min_speed: float = 0.3) -> np.ndarray:
+    """
+    Vehicle side-slip angle beta = atan2(vy, |vx|) (rad) at the centre of mass, (..., 6) states.
+
+    Not a drift measure on its own: a gripping car at full lock already has
+    beta = atan(lr / L tan(delta)) into the turn (13.6 deg for the DART car), and a rear that
+    slides out of the turn subtracts from it. `rear_slip_angle` measures the slide.
+    """
+    return _travel_angle(state, state[..., 4], min_speed)
+
+
+def rear_slip_angle(state: np.ndarray, params: CarParams, min_speed: float = 0.3) -> np.ndarray:
+    """
+    Slip angle of the rear (unsteered) axle, atan2(vy - lr r, |vx|) (rad), (..., 6) states.
+
+    The tyre slip angle (SAE J670's "slip angle"; the body's is the side-slip angle) is what
+    says that a car drifts: in this simulator the rear axle moves sideways only once it has
+    lost traction, so the angle is 0 in every gripping manoeuvre, whatever the steering.
+    """
+    lateral = state[..., 4] - params.rear_to_cg * state[..., 5]
+    return _travel_angle(state, lateral, min_speed)
 
 
 @dataclass(frozen=True)
