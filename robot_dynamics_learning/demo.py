@@ -183,8 +183,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             'robot_dynamics_learning.control.demo_lap') is not None:
         from robot_dynamics_learning.control import demo_lap
         print('[4] RC car: one MPC lap (robot_dynamics_learning.control.demo_lap)', flush=True)
-        result = demo_lap.run(args.out)
-        print(f'    {result}')
+        lap = demo_lap.run(args.out)
+        print(f"    {'completed' if lap['completed'] else 'NOT completed'}: "
+              f"{lap['laps']:.2f} laps, lap time {lap['lap_time_s']:.2f} s, mean speed "
+              f"{lap['mean_speed_mps']:.2f} m/s, max |lateral| {lap['max_lateral_m']:.2f} m of "
+              f"{lap['half_width_m']:.2f} m; solve p50 / p99 {lap['solve_ms_p50']:.0f} / "
+              f"{lap['solve_ms_p99']:.0f} ms\n    figure: {lap['plot']}")
     return 0
 
 

@@ -74,9 +74,9 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
     arrays = {k: np.asarray(v) for k, v in log.items()}
     lateral = np.abs(arrays['lateral'])
     return {
-        'laps': progress / track.length,
-        'lap_time_s': sim_time / max(progress / track.length, 1e-9),
-        'sim_time_s': sim_time, 'completed': bool(progress >= laps * track.length),
+        'laps': float(progress / track.length),
+        'lap_time_s': float(sim_time / max(progress / track.length, 1e-9)),
+        'sim_time_s': float(sim_time), 'completed': bool(progress >= laps * track.length),
         'max_lateral_m': float(lateral.max()), 'half_width_m': track.half_width,
         'left_track': bool(lateral.max() > track.half_width),
         'mean_speed_mps': float(np.mean(np.hypot(arrays['state'][:, 3], arrays['state'][:, 4]))),
