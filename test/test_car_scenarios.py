@@ -32,6 +32,10 @@ def test_slip_shortfall_is_one_sided_and_signed():
     wrong_way = _states(1.0, math.tan(0.5))
     assert float(slip_shortfall(wrong_way, demand)) == pytest.approx(0.9 ** 2)
     assert float(slip_shortfall(wrong_way, ())) == 0.0
+    # a gripping left turn: the centre of mass moves to the left, the rear axle straight on
+    turning = _states(1.0, 0.1 * 2.0)
+    turning[0, 1, 5] = 2.0
+    assert float(slip_shortfall(turning, demand, rear_to_cg=0.1)) == pytest.approx(0.16)
 
 
 def test_initial_plan_fills_the_controls_in_order():

@@ -31,8 +31,8 @@ class Scenario:
 
     steps: horizon in steps of the model's h; targets: (step, pose) pairs; initial_throttle:
     the constant throttle the optimisation starts from; rest_weight: penalty on the final
-    body velocities (a parked car stands still); slip_targets: (step, side-slip angle in
-    rad) demands, at least that much slip in that direction (`slip_shortfall`; the seed's
+    body velocities (a parked car stands still); slip_targets: (step, rear-axle slip angle
+    in rad) demands, at least that much slip in that direction (`slip_shortfall`; the seed's
     intermediate goal on the state, here on its velocity); initial_plan: (steps, throttle,
     steering) segments the optimisation starts from instead of the constant throttle.
     """
@@ -64,11 +64,11 @@ SCENARIOS = (
     Scenario('dynamic_reverse', 40, ((19, (-0.9, 0.0, 0.0)), (39, (-1.2, -0.7, math.pi / 2))),
              -0.3),
     # Accelerate 1 m down a straight, throw the car into a left turn under full power so that
-    # the rear slides out (side slip of at least 26 degrees at step 46) and come out of it
-    # turned round, 1 m to the left, heading back. Our simulated car slides like this only at
-    # moderate speed (about 0.6-1.6 m/s; faster, its front washes out first). The optimisation
-    # starts from a driver's recipe (accelerate, full throttle at full lock, coast): from a
-    # constant throttle it settles for a gripping U-turn, a local minimum.
+    # the rear slides out (a rear-axle slip angle of at least 26 degrees at step 46) and come
+    # out of it turned round, 1 m to the left, heading back. Our simulated car slides like this
+    # only at moderate speed (about 0.6-1.6 m/s; faster, its front washes out first). The
+    # optimisation starts from a driver's recipe (accelerate, full throttle at full lock,
+    # coast): from a constant throttle it settles for a gripping U-turn, a local minimum.
     Scenario('drifting_turn', 60, ((24, (1.0, 0.0, 0.0)), (59, (1.0, 1.0, math.pi))),
              slip_targets=((46, -0.45),),
              initial_plan=((25, 0.4, 0.0), (15, 1.0, 1.0), (20, 0.0, 0.0))),
@@ -100,19 +100,21 @@ def optimise_scenario(model: CarModel, scenario: Scenario, iterations: int = 300
     return u.clamp(lower, upper).numpy().astype(np.float64), info._asdict()
 
 
-def slip_shortfall(states: torch.Tensor, slip_targets: Tuple[Tuple[int, float], ...]
-                   ) -> torch.Tensor:
+def slip_shortfall(states: torch.Tensor, slip_targets: Tuple[Tuple[int, float], ...],
+                   rear_to_cg: float = CarParams.rear_to_cg) -> torch.Tensor:
     """
-    Sum over (step, slip) demands of max(|slip| - sign(slip) beta_step, 0)^2 (rad^2).
+    Sum over (step, slip) demands of max(|slip| - sign(slip) alpha_step, 0)^2 (rad^2).
 
-    beta = atan2(vy, |vx|) is the side-slip angle of (K, H, 6) predicted states; a demand of
-    -0.5 asks for at least 0.5 rad with the velocity pointing to the car's right (the rear
-    sliding out of a left turn). Returns (K,).
+    alpha = atan2(vy - rear_to_cg r, |vx|) is the rear axle's slip angle of (K, H, 6)
+    predicted states (`sim.car.rear_slip_angle`: 0 while the rear grips, whatever the
+    steering); a demand of -0.5 asks for at least 0.5 rad with the rear axle's velocity
+    pointing to the car's right (the rear sliding out of a left turn). Returns (K,).
     """
     total = states.new_zeros(states.shape[0])
     for step, slip in slip_targets:
-        beta = torch.atan2(states[:, step, 4], states[:, step, 3].abs())
-        total = total + torch.clamp(abs(slip) - math.copysign(1.0, slip) * beta, min=0.0) ** 2
+        state = states[:, step]
+        alpha = torch.atan2(state[:, 4] - rear_to_cg * state[:, 5], state[:, 3].abs())
+        total = total + torch.clamp(abs(slip) - math.copysign(1.0, slip) * alpha, min=0.0) ** 2
     return total
 
 
