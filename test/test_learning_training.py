@@ -12,6 +12,7 @@ from robot_dynamics_learning import cli
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import inverse_dynamics_windows
 from robot_dynamics_learning.learning import checkpoint as checkpoint_module
+from robot_dynamics_learning.learning import cli as cli_module
 from robot_dynamics_learning.learning.checkpoint import (CheckpointDirectory, load_checkpoint,
                                                          save_checkpoint)
 from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
@@ -173,3 +174,14 @@ def test_rdl_train_and_evaluate_on_the_pneumatic_arm(tmp_path, capsys):
     metrics = json.loads((tmp_path / 'eval.json').read_text())
     assert len(metrics['multi_step_rmse']) == 5
     assert all(np.isfinite(metrics['multi_step_rmse']))
+
+
+def test_schunk_split_tests_inside_the_training_joint_ranges():
+    train = cli_module.load_split('schunk', 'train', {})
+    test = cli_module.load_split('schunk', 'test', {})
+    assert len(train) == 64 and len(test) == 16
+    assert {t.source for t in train}.isdisjoint(t.source for t in test)
+    assert train[0].source.endswith('measurement_80')  # the one wide sweep trains, first
+    q_train = np.concatenate([t.q for t in train])
+    q_test = np.concatenate([t.q for t in test])
+    assert np.all(q_test.min(0) >= q_train.min(0)) and np.all(q_test.max(0) <= q_train.max(0))

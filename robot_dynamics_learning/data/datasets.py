@@ -7,7 +7,7 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -135,6 +135,18 @@ def load_schunk(root: Optional[Path] = None, runs: Optional[Sequence[int]] = Non
     if not trajectories:
         raise FileNotFoundError(f'no Schunk runs in {folder}')
     return trajectories
+
+
+def split_schunk(runs: Sequence[Trajectory]) -> Tuple[List[Trajectory], List[Trajectory]]:
+    """
+    (train, test) Schunk runs: every fifth run from the third tests, the others train.
+
+    Runs 1-79 move near one configuration and run 80 alone sweeps every joint, so testing on
+    the last runs measures extrapolation to run 80. The last training run (run 80 for the
+    full set) goes first, so a validation split cut from the last windows stays in range.
+    """
+    train = [run for i, run in enumerate(runs) if i % 5 != 2]
+    return train[-1:] + train[:-1], [run for i, run in enumerate(runs) if i % 5 == 2]
 
 
 def load_rc_car(path: Path) -> Trajectory:
