@@ -261,11 +261,8 @@ def forward_table(dataset: str, quick: bool) -> dict:
         episodes = datasets.load_schunk()
     if quick:
         episodes = episodes[:10]
-    if dataset == 'schunk':
-        train_eps, test_eps = datasets.split_schunk(episodes)
-    else:
-        cut = int(round(0.8 * len(episodes)))
-        train_eps, test_eps = episodes[:cut], episodes[cut:]
+    split = datasets.split_schunk if dataset == 'schunk' else datasets.split_pneumatic
+    train_eps, test_eps = split(episodes)
     windows = forward_dynamics_windows(train_eps, WINDOW, stride)
     train, val = split_windows(windows, 0.15)
     test = multi_step_batch(test_eps, warmup, horizon, 5)
@@ -367,7 +364,7 @@ def _markdown(results: dict, quick: bool) -> str:
              f'{results["machine"]}, torch {results["torch"]}, {results["threads"]} CPU '
              f'thread(s), total {results["seconds"] / 60:.1f} min. Every number is the mean ± '
              f'standard deviation over seeds {list(results["seeds"])} (the pneumatic arm: '
-             f'{results["pneumatic"].get("seeds", list(results["seeds"]))}; weights, window '
+             f'{results["pneumatic"]["seeds"]}; weights, window '
              f'order and dropped observations change with the seed; data splits do not). Raw '
              f'numbers: `bench/results/real_data_results.json`.', '',
              '## Training budgets', '',
@@ -464,7 +461,7 @@ def _markdown(results: dict, quick: bool) -> str:
                   'Appendix B) so that all models learn to predict from their own output; '
                   f'evaluation: {entry["test_windows"]} test windows (stride 5), 20 observed '
                   'steps, then 10 steps predicted from actions alone. Seeds: '
-                  f'{entry.get("seeds", list(results["seeds"]))}.', '',
+                  f'{entry["seeds"]}.', '',
                   '| model | ' + ' | '.join(f'{k} step' for k in (1, 2, 5, 10))
                   + ' | train time [s] | epochs |', '|---|---|---|---|---|---|---|']
         for name, model in entry['models'].items():

@@ -137,6 +137,13 @@ def load_schunk(root: Optional[Path] = None, runs: Optional[Sequence[int]] = Non
     return trajectories
 
 
+def split_pneumatic(episodes: Sequence[Trajectory], train_share: float = 0.8
+                    ) -> Tuple[List[Trajectory], List[Trajectory]]:
+    """(train, test) pneumatic episodes: the first `train_share` in sorted order train."""
+    cut = int(round(len(episodes) * train_share))
+    return list(episodes[:cut]), list(episodes[cut:])
+
+
 def split_schunk(runs: Sequence[Trajectory]) -> Tuple[List[Trajectory], List[Trajectory]]:
     """
     (train, test) Schunk runs: every fifth run from the third tests, the others train.

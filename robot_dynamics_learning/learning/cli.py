@@ -28,8 +28,6 @@ import torch
 import yaml
 
 DATASETS = ('kinova', 'pneumatic', 'schunk')
-# Share of pneumatic episodes (in sorted order) used for training.
-TRAIN_SHARE = 0.8
 CONFIG_KEYS = {'model_type', 'model', 'training', 'data'}
 DATA_KEYS = {'problem', 'window', 'stride', 'val_fraction', 'joint_topic', 'command_topic',
              'acc_window_s'}
@@ -55,22 +53,19 @@ def load_split(data: str, split: str, data_config: Dict[str, Any]) -> List[Traje
     """
     Return the trajectories of `split` ('train' or 'test') of a dataset name or bag folder.
 
-    kinova: identification files / validation files; pneumatic: first 80 % / last 20 % of
-    episodes in sorted order; schunk: `datasets.split_schunk` (every fifth run from the third
-    tests); a bag: the whole recording for both.
+    kinova: identification files / validation files; pneumatic: `datasets.split_pneumatic`
+    (first 80 % / last 20 % of episodes in sorted order); schunk: `datasets.split_schunk`
+    (every fifth run from the third tests); a bag: the whole recording for both.
     """
     if split not in ('train', 'test'):
         raise ValueError(f"split must be 'train' or 'test', got '{split}'")
     if data == 'kinova':
         train, test = datasets.load_kinova_split()
         return train if split == 'train' else test
-    if data == 'schunk':
-        train, test = datasets.split_schunk(datasets.load_schunk())
+    if data in ('pneumatic', 'schunk'):
+        train, test = (datasets.split_pneumatic(datasets.load_pneumatic()) if data == 'pneumatic'
+                       else datasets.split_schunk(datasets.load_schunk()))
         return train if split == 'train' else test
-    if data == 'pneumatic':
-        items = datasets.load_pneumatic()
-        cut = int(round(len(items) * TRAIN_SHARE))
-        return items[:cut] if split == 'train' else items[cut:]
     path = Path(data)
     if not path.exists():
         raise FileNotFoundError(f"'{data}' is neither a dataset {list(DATASETS)} nor a bag")
