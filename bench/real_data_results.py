@@ -10,7 +10,8 @@ rebuilds results.md and the plots.
 1. Kinova Gen3 inverse dynamics: train on the identification files, test on the validation
    files; per-joint RMSE and nMSE for LSTM, ac-RKN inverse, FFNN, GP and previous value.
 2. Kinova sample-size curve (seed 001 Fig. 6 / Table II): LSTM and GP on the first N samples of
-   the training stream, test nMSE and training time.
+   the training stream, test nMSE and training time; the same curve on the Schunk arm's
+   inverse dynamics (part 'schunk_curve'), whose test runs stay inside the training ranges.
 3. Pneumatic arm and Schunk arm forward dynamics: 1- to 10-step-ahead joint-angle RMSE for
    ac-RKN, RKN, LSTM, GRU, FFNN and previous value (seed 004 Fig. 4c).
 Every number is a mean over SEEDS with its standard deviation. Budgets (epochs, seconds) are
@@ -49,6 +50,8 @@ WINDOW, KINOVA_STRIDE = 50, 25
 # validation files (constant target: nMSE undefined).
 KINOVA_SCORED = list(range(6))
 KINOVA_CURVE_SIZES = (100, 300, 1000, 3000, 10000, 19000)
+SCHUNK_CURVE_SIZES = (100, 300, 1000, 3000, 10000, 38198)  # the last: every training sample
+SCHUNK_BLOCK = 125  # samples per block of the Schunk curve's stream (0.5 s, as Kinova's BLOCK)
 BLOCK = 500  # samples per block of the 'blocks' split
 GP_MAX_SAMPLES = 3000  # exact GP up to here (O(N^3)); the tables' GP subsamples to 3000
 
@@ -89,6 +92,7 @@ FORWARD_SETUP = {
     'pneumatic': (list(range(4)), 10, 20, 10),
     'schunk': (list(range(6)), 25, 20, 10),
 }
+PARTS = ('kinova', 'curve', 'schunk_curve', 'pneumatic', 'schunk')
 OBS_DROP = 0.75  # seed 004 Appendix B: three quarters of observations removed in training
 
 
@@ -117,7 +121,7 @@ def first_samples(trajectories: Sequence[Trajectory], n: int) -> List[Trajectory
     return out
 
 
-def _kinova_predict(model, test: Sequence[Trajectory]):
+def _predict_inverse(model, test: Sequence[Trajectory]):
     predictions, targets = [], []
     for trajectory in test:
         batch = whole_sequence(inverse_dynamics_arrays(trajectory))
@@ -156,7 +160,8 @@ def _fit_inverse(model_type: str, config: dict, overrides: dict, train_trajs, se
     else:
         windows = inverse_dynamics_windows(train_trajs, WINDOW, KINOVA_STRIDE)
         train, val = split_windows(windows, 0.2)
-    model = build_model(model_type, config, 21, 7, 7)
+    joints = train_trajs[0].q.shape[1]
+    model = build_model(model_type, config, 3 * joints, joints, joints)
     result = train_model(model, train, val, _train_config(overrides, seed, quick))
     return model, result
 
@@ -193,7 +198,7 @@ def kinova_table(train: Sequence[Trajectory], test: Sequence[Trajectory], quick:
         rmse, nmse, seconds, epochs, own_rmse, own_nmse = [], [], [], [], [], []
         for seed in seeds:
             model, result = _fit_inverse(model_type, config, overrides, train, seed, quick)
-            prediction, target = _kinova_predict(model, test)
+            prediction, target = _predict_inverse(model, test)
             if model_type == 'ac_rkn_inverse':
                 own, _ = _kinova_stream_own_feedback(model, test)
                 own_rmse.append(rmse_per_output(own, target))
@@ -219,12 +224,35 @@ def kinova_table(train: Sequence[Trajectory], test: Sequence[Trajectory], quick:
 
 
 def kinova_curve(quick: bool) -> dict:
-    """LSTM vs GP test nMSE and training time against the number of training samples."""
+    """Kinova sample-size curve: the blocks split's training stream, then 2 single-joint files."""
     train, test = kinova_splits()['blocks']
     folder = datasets.shared_data_dir() / 'kinova_gen3'
     stream = train + [datasets.load_kinova(folder / name)
                       for name in ('joint_2_trapez.csv', 'joint_4_trapez.csv')]
-    sizes = KINOVA_CURVE_SIZES[:2] if quick else KINOVA_CURVE_SIZES
+    return sample_size_curve(stream, test, KINOVA_SCORED, KINOVA_CURVE_SIZES, quick)
+
+
+def schunk_curve(quick: bool) -> dict:
+    """
+    Schunk sample-size curve: inverse dynamics of all 6 joints on `split_schunk`.
+
+    The training runs are cut into blocks of SCHUNK_BLOCK samples in a fixed shuffled order,
+    so that the first N samples span several runs (run 80, first in the training list, alone
+    sweeps every joint).
+    """
+    train, test = datasets.split_schunk(datasets.load_schunk())
+    blocks = [run.segment(start, min(start + SCHUNK_BLOCK + 1, len(run))) for run in train
+              for start in range(0, len(run) - 1, SCHUNK_BLOCK)]
+    blocks = [block for block in blocks if len(block) > WINDOW + 1]
+    order = np.random.default_rng(0).permutation(len(blocks))
+    return sample_size_curve([blocks[i] for i in order], test, list(range(6)),
+                             SCHUNK_CURVE_SIZES, quick)
+
+
+def sample_size_curve(stream: Sequence[Trajectory], test: Sequence[Trajectory],
+                      scored: List[int], sizes: Sequence[int], quick: bool) -> dict:
+    """LSTM vs GP test nMSE (mean over `scored` joints) and training time against N."""
+    sizes = sizes[:2] if quick else sizes
     seeds = SEEDS[:1] if quick else SEEDS
     out = {'sizes': list(sizes), 'LSTM': {}, 'GP': {}}
     for size in sizes:
@@ -241,8 +269,8 @@ def kinova_curve(quick: bool) -> dict:
             for seed in seeds:
                 model, result = _fit_inverse(model_type, config, overrides, subset, seed,
                                              quick)
-                prediction, target = _kinova_predict(model, test)
-                scores.append(np.mean(nmse_per_output(prediction, target)[KINOVA_SCORED]))
+                prediction, target = _predict_inverse(model, test)
+                scores.append(np.mean(nmse_per_output(prediction, target)[scored]))
                 seconds.append(result.seconds)
             out[name][str(size)] = {'nmse': _mean_std(scores), 'seconds': _mean_std(seconds)}
             print(f'curve {name} N={size}: nMSE {np.mean(scores):.4f} '
@@ -297,7 +325,7 @@ def _plot_kinova(tables: dict, curve: dict, img: Path) -> None:
     fig.tight_layout()
     fig.savefig(img / 'kinova_nmse.png', dpi=110)
     plt.close(fig)
-    _plot_curve(curve, img)
+    _plot_curve(curve, img / 'kinova_sample_size.png', 'Kinova Gen3', 'joints 1-6')
 
 
 def _bars(ax, table: dict, split: str) -> None:
@@ -313,7 +341,7 @@ def _bars(ax, table: dict, split: str) -> None:
     ax.set_title(f'Kinova Gen3 inverse dynamics: {split} split')
 
 
-def _plot_curve(curve: dict, img: Path) -> None:
+def _plot_curve(curve: dict, path: Path, robot: str, scored: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for name in ('LSTM', 'GP'):
         sizes = [int(s) for s in curve[name]]
@@ -321,16 +349,16 @@ def _plot_curve(curve: dict, img: Path) -> None:
             mean = np.array([curve[name][str(s)][key]['mean'] for s in sizes])
             std = np.array([curve[name][str(s)][key]['std'] for s in sizes])
             ax.errorbar(sizes, mean, yerr=std, marker='o', label=name, capsize=3)
-    axes[0].set_ylabel('test nMSE (joints 1-6)')
+    axes[0].set_ylabel(f'test nMSE ({scored})')
     axes[1].set_ylabel('training time [s]')
     for ax in axes:
         ax.set_xscale('log')
         ax.set_xlabel('training samples')
         ax.legend()
     axes[0].set_yscale('log')
-    fig.suptitle('Kinova Gen3: LSTM vs exact GP against sample count')
+    fig.suptitle(f'{robot}: LSTM vs exact GP against sample count')
     fig.tight_layout()
-    fig.savefig(img / 'kinova_sample_size.png', dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -354,6 +382,19 @@ def _plot_forward(name: str, table: dict, img: Path) -> None:
 
 def _fmt(mean: float, std: float, digits: int = 4) -> str:
     return f'{mean:.{digits}f} ± {std:.{digits}f}'
+
+
+def _curve_table(curve: dict) -> List[str]:
+    """Markdown table of a sample-size curve (GP cells '-' beyond its limit)."""
+    lines = ['| N | LSTM nMSE | GP nMSE | LSTM time [s] | GP time [s] |', '|---|---|---|---|---|']
+    for size in curve['sizes']:
+        lstm = curve['LSTM'][str(size)]
+        gp = curve['GP'].get(str(size))
+        lines.append(f'| {size} | {_fmt(lstm["nmse"]["mean"], lstm["nmse"]["std"])} | '
+                     + (_fmt(gp['nmse']['mean'], gp['nmse']['std']) if gp else '-') + ' | '
+                     + f'{lstm["seconds"]["mean"]:.1f} | '
+                     + (f'{gp["seconds"]["mean"]:.1f}' if gp else '-') + ' |')
+    return lines
 
 
 def _markdown(results: dict, quick: bool) -> str:
@@ -437,15 +478,19 @@ def _markdown(results: dict, quick: bool) -> str:
               'capped at 15 s each, with early-stopping patience 100 epochs (small N has only a '
               "few batches per epoch). Training time includes the GP's marginal-likelihood "
               'optimisation (40 Adam steps on <= 500 points) and conditioning.', '',
-              '| N | LSTM nMSE | GP nMSE | LSTM time [s] | GP time [s] |', '|---|---|---|---|---|']
-    for size in curve['sizes']:
-        lstm = curve['LSTM'].get(str(size))
-        gp = curve['GP'].get(str(size))
-        lines.append(f'| {size} | {_fmt(lstm["nmse"]["mean"], lstm["nmse"]["std"])} | '
-                     + (_fmt(gp['nmse']['mean'], gp['nmse']['std']) if gp else '-') + ' | '
-                     + f'{lstm["seconds"]["mean"]:.1f} | '
-                     + (f'{gp["seconds"]["mean"]:.1f}' if gp else '-') + ' |')
-    lines += ['', '![Kinova sample-size curve](img/kinova_sample_size.png)', '']
+              *_curve_table(curve), '',
+              '![Kinova sample-size curve](img/kinova_sample_size.png)', '']
+    if 'schunk_curve' in results:
+        lines += ['### Second robot: Schunk LWA 4P inverse dynamics, sample-size curve', '',
+                  'The same comparison on the Schunk arm (all 6 joints: 18 inputs, 6 outputs; '
+                  'qdd by a cubic Savitzky-Golay derivative of the measured velocity, 44 ms '
+                  'window): trained on the training runs of `split_schunk`, tested on its 16 '
+                  'test runs, which stay inside the training joint ranges (unlike the Kinova '
+                  'validation files). N = the first N samples of the training runs cut into '
+                  f'blocks of {SCHUNK_BLOCK} samples (0.5 s) in a fixed shuffled order; the '
+                  'last size is every training sample. Same LSTM and GP settings as above.', '',
+                  *_curve_table(results['schunk_curve']), '',
+                  '![Schunk sample-size curve](img/schunk_sample_size.png)', '']
     for key, title, text in (
             ('pneumatic', '## 2. Pneumatic arm forward dynamics (seed 004 Fig. 4c)',
              "The ac-RKN paper's own data (150 of its 3,076 episodes), 100 Hz; observation = "
@@ -504,7 +549,7 @@ def _speed_section() -> List[str]:
     if not path.is_file():
         return []
     bench = json.loads(path.read_text())
-    streaming, steps, lstm = bench['streaming'], bench['training_step'], bench['lstm_100k']
+    streaming, steps = bench['streaming'], bench['training_step']
     return [
         '## Speed (`.venv/bin/python -m bench.models`, 1 thread, shared 2-core machine)', '',
         f'- Streaming `step`, batch 1, p50: LSTM {streaming["lstm_step_p50_ms"]:.3f} ms '
@@ -520,13 +565,33 @@ def _speed_section() -> List[str]:
                     f'{v["lstm_encdec_train_step_cpu_ms"]:.0f} ms (ratio '
                     f'{v["ratio_encdec_cpu"]:.1f})' for k, v in steps.items())
         + ' (target 5; see docs/models.md).',
-        f'- LSTM on 100k samples (15 inputs, 5 outputs, synthetic KUKA-like data): converged '
-        f'test MSE {lstm["converged_test_mse_normalized"]:.2e} (normalised; same recipe, '
-        f'{lstm["reference"]["epochs"]} epochs, {lstm["reference"]["wall_s"]:.0f} s); the '
-        f'{lstm["fast"]["epochs"]}-epoch recipe ends after {lstm["fast"]["wall_s"]:.1f} s at '
-        f'{lstm["fast"]["final_over_converged"]:.1f}x that value (target: within 5 % in 28 s'
-        + (', not met).' if lstm['fast']['wall_s_to_within_5pct'] is None
-           or lstm['fast']['wall_s_to_within_5pct'] > 28 else ', met).'), '']
+        _convergence_line('LSTM time to converge, synthetic KUKA-like data (15 inputs, 5 '
+                          'outputs)', bench['lstm_100k']),
+        *([_convergence_line('LSTM time to converge, real data (Schunk LWA 4P inverse '
+                             'dynamics, joints 1-5: 15 inputs, 5 outputs)', bench['lstm_real']),
+           '', '![LSTM test error against training time](img/lstm_convergence.png)']
+          if 'lstm_real' in bench else []), '']
+
+
+def _convergence_line(what: str, entry: dict) -> str:
+    """One bullet of `bench.models`' time-to-converge measurement, a clause per seed."""
+
+    def clause(run: dict) -> str:
+        reached = run['wall_s_to_within_5pct']
+        converged = run['converged_test_mse_normalized']
+        return (f'seed {run["seed"]}: converged test MSE {converged:.2e} (normalised; best of '
+                f'{run["reference"]["epochs"]} epochs, {run["reference"]["wall_s"]:.0f} s), the '
+                f'{run["epochs"]}-epoch recipe ({run["wall_s"]:.1f} s) within 5 % of it '
+                + ('never' if reached is None else f'after {reached:.1f} s')
+                + f' and ends at {run["final_over_converged"]:.2f}x it')
+    # an epoch costs time in proportion to the samples: the 100k target scaled to this set
+    budget = 28.0 * entry['samples'] / 100_000
+    met = all(run['wall_s_to_within_5pct'] is not None and run['wall_s_to_within_5pct'] <= budget
+              for run in entry['runs'])
+    return (f'- {what}, {entry["samples"]} training samples: '
+            + '; '.join(clause(run) for run in entry['runs'])
+            + f'. Target: within 5 % in 28 s at 100k samples, {budget:.1f} s at this size: '
+            + ('met.' if met else 'NOT met.'))
 
 
 def _paired_wins(models: dict, rivals: Sequence[str]) -> str:
@@ -558,22 +623,28 @@ def _claims(results: dict) -> List[str]:
                       if beaten and any(abs(rkn - rivals[n]) < spread['ac-RKN'] + spread[n]
                                         for n in ('LSTM', 'GRU')) else '') + '. '
                    + _paired_wins(models, ('LSTM', 'GRU')))
-    curve = results['kinova_curve']
+    out += _curve_claims('Kinova', results['kinova_curve'])
+    if 'schunk_curve' in results:
+        out += _curve_claims('Schunk', results['schunk_curve'])
+    return out
+
+
+def _curve_claims(robot: str, curve: dict) -> List[str]:
+    """Seed 001's claim on one sample-size curve: LSTM beats the GP from 1000 samples on."""
     above = [s for s in curve['sizes'] if s >= 1000 and str(s) in curve['GP']]
     wins = [s for s in above if curve['LSTM'][str(s)]['nmse']['mean']
             < curve['GP'][str(s)]['nmse']['mean']]
-    out.append(f'- Kinova, LSTM beats the GP at N >= 1000 (seed 001): at N = {above}: LSTM '
-               f'wins at {wins}. ' + ('Reproduced.' if above and wins == above else
-                                      'NOT reproduced at every size.'))
     largest_gp = max(int(s) for s in curve['GP'])
     largest = max(curve['sizes'])
     lstm_best = curve['LSTM'][str(largest)]['nmse']['mean']
     gp_best = curve['GP'][str(largest_gp)]['nmse']['mean']
-    out.append(f'- Kinova, with all the data each can use: LSTM at N = {largest} nMSE '
-               f'{lstm_best:.3f} vs exact GP at N = {largest_gp} (its limit here) nMSE '
-               f'{gp_best:.3f}: the LSTM is '
-               + ('better' if lstm_best < gp_best else 'NOT better') + '.')
-    return out
+    return [f'- {robot}, LSTM beats the GP at N >= 1000 (seed 001): at N = {above}: LSTM '
+            f'wins at {wins}. ' + ('Reproduced.' if above and wins == above else
+                                   'NOT reproduced at every size.'),
+            f'- {robot}, with all the data each can use: LSTM at N = {largest} nMSE '
+            f'{lstm_best:.3f} vs exact GP at N = {largest_gp} (its limit here) nMSE '
+            f'{gp_best:.3f}: the LSTM is ' + ('better' if lstm_best < gp_best else 'NOT better')
+            + '.']
 
 
 def main(argv=None) -> None:
@@ -583,7 +654,7 @@ def main(argv=None) -> None:
     parser.add_argument('--threads', type=int, default=2, help='torch CPU threads')
     parser.add_argument('--from-json', action='store_true',
                         help='only rebuild results.md and plots from the saved JSON')
-    parser.add_argument('--parts', default='kinova,curve,pneumatic,schunk',
+    parser.add_argument('--parts', default=','.join(PARTS),
                         help='comma list of parts to (re)compute; others come from the JSON')
     parser.add_argument('--kinova-splits', default='validation files,mixed,blocks',
                         help='comma list of Kinova splits to (re)compute')
@@ -599,8 +670,8 @@ def main(argv=None) -> None:
     docs.mkdir(parents=True, exist_ok=True)
     json_path = (docs if args.quick else ROOT / 'bench' / 'results') / 'real_data_results.json'
     parts = set(args.parts.split(','))
-    results = json.loads(json_path.read_text()) if parts != {
-        'kinova', 'curve', 'pneumatic', 'schunk'} else {'kinova_table': {}, 'seconds': 0.0}
+    results = json.loads(json_path.read_text()) if parts != set(PARTS) else {
+        'kinova_table': {}, 'seconds': 0.0}
     results.update({'machine': f'{platform.machine()} ({platform.processor() or "cpu"})',
                     'torch': torch.__version__, 'threads': args.threads,
                     'seeds': SEEDS[:1] if args.quick else SEEDS})
@@ -611,6 +682,8 @@ def main(argv=None) -> None:
                                         if name in chosen})
     if 'curve' in parts:
         results['kinova_curve'] = kinova_curve(args.quick)
+    if 'schunk_curve' in parts:
+        results['schunk_curve'] = schunk_curve(args.quick)
     for name in ('pneumatic', 'schunk'):
         if name in parts:
             results[name] = forward_table(name, args.quick)
@@ -630,6 +703,9 @@ def _write_outputs(results: dict, docs: Path, quick: bool) -> None:
     _plot_kinova(results['kinova_table'], results['kinova_curve'], img)
     _plot_forward('pneumatic', results['pneumatic'], img)
     _plot_forward('schunk', results['schunk'], img)
+    if 'schunk_curve' in results:
+        _plot_curve(results['schunk_curve'], img / 'schunk_sample_size.png', 'Schunk LWA 4P',
+                    'joints 1-6')
     (docs / 'results.md').write_text(_markdown(results, quick))
 
 

@@ -21,6 +21,7 @@ KINOVA_DT = 1e-3
 # Window of the Savitzky-Golay differentiator that turns velocity into acceleration (Kinova).
 KINOVA_ACC_WINDOW_S = 0.031
 SCHUNK_JOINTS = [f'arm_{i}_joint' for i in range(1, 7)]
+SCHUNK_ACC_WINDOW_S = 0.044  # 11 samples at 250 Hz
 PNEUMATIC_JOINTS = [f'pam_joint_{i}' for i in range(1, 5)]
 PNEUMATIC_DT = 0.01
 
@@ -112,10 +113,12 @@ def load_pneumatic(root: Optional[Path] = None, cumulative_actions: bool = True,
 def load_schunk(root: Optional[Path] = None, runs: Optional[Sequence[int]] = None
                 ) -> List[Trajectory]:
     """
-    Load Schunk LWA 4P runs (250 Hz) as forward-dynamics data.
+    Load Schunk LWA 4P runs (250 Hz) as forward- and inverse-dynamics data.
 
-    observations are [q, qd] (12), actions the 6 motor torques. `input.csv` has one row fewer
-    than the states, so the last state is dropped: action t acts between state t and t+1.
+    observations are [q, qd] (12), actions the 6 motor torques (also `tau`). `input.csv` has
+    one row fewer than the states, so the last state is dropped: action t acts between state
+    t and t+1. qdd is the Savitzky-Golay derivative (cubic, 44 ms window, zero phase) of the
+    measured velocity.
     """
     folder = Path(root or shared_data_dir()) / 'schunk_lwa4p'
     if runs is None:
@@ -127,10 +130,14 @@ def load_schunk(root: Optional[Path] = None, runs: Optional[Sequence[int]] = Non
         inputs = np.loadtxt(run_dir / 'input.csv', delimiter=',', ndmin=2)
         time = np.loadtxt(run_dir / 'time.csv', delimiter=',', ndmin=1)
         n = min(states.shape[0], inputs.shape[0], time.shape[0])
+        qdd = savgol_derivative(states[:n, 6:12], float(np.median(np.diff(time[:n]))),
+                                SCHUNK_ACC_WINDOW_S, order=3, deriv=1)
         trajectories.append(Trajectory(
             time=time[:n], joint_names=list(SCHUNK_JOINTS), q=states[:n, :6],
-            qd=states[:n, 6:12], tau=inputs[:n], observations=states[:n], actions=inputs[:n],
-            units={'q': 'rad', 'qd': 'rad/s', 'tau': 'N m', 'actions': 'N m'},
+            qd=states[:n, 6:12], qdd=qdd, tau=inputs[:n], observations=states[:n],
+            actions=inputs[:n],
+            units={'q': 'rad', 'qd': 'rad/s', 'qdd': 'rad/s^2', 'tau': 'N m',
+                   'actions': 'N m'},
             source=str(run_dir)))
     if not trajectories:
         raise FileNotFoundError(f'no Schunk runs in {folder}')
