@@ -323,11 +323,13 @@ def _plot_convergence(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _without_curves(entry: dict) -> dict:
-    """Return a result entry for printing: the per-epoch curves left out."""
-    return {k: ([_without_curves(x) for x in v] if isinstance(v, list) and v
-                and isinstance(v[0], dict) else _without_curves(v) if isinstance(v, dict)
-                else v) for k, v in entry.items() if k != 'curve'}
+def _without_curves(value):
+    """Return a result for printing: every per-epoch 'curve' left out."""
+    if isinstance(value, dict):
+        return {key: _without_curves(item) for key, item in value.items() if key != 'curve'}
+    if isinstance(value, list):
+        return [_without_curves(item) for item in value]
+    return value
 
 
 PARTS = {'streaming': bench_streaming, 'training_step': bench_training_step,
