@@ -73,6 +73,18 @@ class TestNode:
         self.close()
 
 
+def matched_publishers(node: Node, subscription) -> int:
+    """
+    Return how many publishers are matched with `subscription`.
+
+    rclpy has `Subscription.get_publisher_count` from Iron on; on Humble the graph's count of
+    publishers on the topic stands in for it.
+    """
+    if hasattr(subscription, 'get_publisher_count'):
+        return subscription.get_publisher_count()
+    return node.count_publishers(subscription.topic_name)
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, period: float = 0.05) -> bool:
     """Poll `condition` until it is true or `timeout` seconds pass; return its last value."""
     deadline = time.monotonic() + timeout

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, load_checkpoint
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
-from ros_util import start_node, stop_node, TestNode, wait_for
+from ros_util import matched_publishers, start_node, stop_node, TestNode, wait_for
 from sensor_msgs.msg import JointState
 import torch
 
@@ -45,8 +45,9 @@ class Probe:
         self.pub = node.create_publisher(JointState, '/joint_states', 100)
         self.predictions = []
         self.diagnostics = {}
-        node.create_subscription(JointState, f'/{node_name}/predicted_torques',
-                                 self.predictions.append, 1000)
+        self.node = node
+        self.prediction_sub = node.create_subscription(
+            JointState, f'/{node_name}/predicted_torques', self.predictions.append, 1000)
 
         def on_diag(msg):
             for status in msg.status:
@@ -59,7 +60,7 @@ class Probe:
         count = len(self.predictions)
         self.pub.publish(msg)
         if expect_prediction:
-            assert wait_for(lambda: len(self.predictions) > count, 5), 'no prediction'
+            assert wait_for(lambda: len(self.predictions) > count, 15), 'no prediction'
         else:
             time.sleep(0.02)
 
@@ -67,9 +68,16 @@ class Probe:
         return float(self.diagnostics.get(key, default))
 
     def wait_ready(self) -> bool:
-        """Wait until the node hears us (its diagnostics arrive and it has a subscription)."""
-        return wait_for(lambda: self.pub.get_subscription_count() > 0 and self.diagnostics,
-                        timeout=60)
+        """
+        Wait until the node and we hear each other, in both directions.
+
+        It subscribes to our joint states, its diagnostics arrive and its prediction publisher
+        is matched with our subscription. Each pair of endpoints is discovered on its own, so
+        arriving diagnostics do not mean the predictions will arrive too (a first prediction
+        lost that way once failed a fresh-clone `make test`).
+        """
+        return wait_for(lambda: self.pub.get_subscription_count() > 0 and self.diagnostics
+                        and matched_publishers(self.node, self.prediction_sub) > 0, timeout=60)
 
 
 def assert_realtime_threads_ordinary_trainer(pid: int, log: str) -> None:
