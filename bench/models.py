@@ -229,7 +229,7 @@ def _time_to_converge(train_runs: Sequence[Trajectory], test_runs: Sequence[Traj
 
     The converged test error is the reference run's best: on real data the test error rises
     again once the LSTM overfits, so its final value would flatter the recipe. Each seed has
-    its own reference because the spread between seeds (about 6 % on the Schunk arm) is
+    its own reference because the spread between seeds (about 7 % on the Schunk arm) is
     wider than the 5 % band.
     """
     r = LSTM_RECIPE
