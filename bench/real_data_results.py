@@ -50,7 +50,7 @@ WINDOW, KINOVA_STRIDE = 50, 25
 # validation files (constant target: nMSE undefined).
 KINOVA_SCORED = list(range(6))
 KINOVA_CURVE_SIZES = (100, 300, 1000, 3000, 10000, 19000)
-SCHUNK_CURVE_SIZES = (100, 300, 1000, 3000, 10000, 38198)  # the last: every training sample
+SCHUNK_CURVE_SIZES = (100, 300, 1000, 3000, 10000)  # then every training sample
 SCHUNK_BLOCK = 125  # samples per block of the Schunk curve's stream (0.5 s, as Kinova's BLOCK)
 BLOCK = 500  # samples per block of the 'blocks' split
 GP_MAX_SAMPLES = 3000  # exact GP up to here (O(N^3)); the tables' GP subsamples to 3000
@@ -180,14 +180,19 @@ def kinova_splits() -> dict:
     train, test = datasets.load_kinova_split()
     heads = [t.segment(0, int(0.7 * len(t))) for t in test]
     tails = [t.segment(int(0.7 * len(t)), len(t)) for t in test]
-    blocks = [t.segment(start, min(start + BLOCK + 1, len(t))) for t in train + test
-              for start in range(0, len(t) - 1, BLOCK)]
-    blocks = [b for b in blocks if len(b) > WINDOW + 1]
+    blocks = cut_blocks(train + test, BLOCK)
     block_train = [b for i, b in enumerate(blocks) if i % 4 != 3]
     order = np.random.default_rng(0).permutation(len(block_train))
     return {'validation files': (train, test), 'mixed': (heads + train, tails),
             'blocks': ([block_train[i] for i in order],
                        [b for i, b in enumerate(blocks) if i % 4 == 3])}
+
+
+def cut_blocks(trajectories: Sequence[Trajectory], size: int) -> List[Trajectory]:
+    """Consecutive blocks of `size` samples (size + 1 rows), long enough for one window."""
+    blocks = [t.segment(start, min(start + size + 1, len(t))) for t in trajectories
+              for start in range(0, len(t) - 1, size)]
+    return [block for block in blocks if len(block) > WINDOW + 1]
 
 
 def kinova_table(train: Sequence[Trajectory], test: Sequence[Trajectory], quick: bool) -> dict:
@@ -241,12 +246,11 @@ def schunk_curve(quick: bool) -> dict:
     sweeps every joint).
     """
     train, test = datasets.split_schunk(datasets.load_schunk())
-    blocks = [run.segment(start, min(start + SCHUNK_BLOCK + 1, len(run))) for run in train
-              for start in range(0, len(run) - 1, SCHUNK_BLOCK)]
-    blocks = [block for block in blocks if len(block) > WINDOW + 1]
+    blocks = cut_blocks(train, SCHUNK_BLOCK)
     order = np.random.default_rng(0).permutation(len(blocks))
+    every_sample = sum(len(block) - 1 for block in blocks)
     return sample_size_curve([blocks[i] for i in order], test, list(range(6)),
-                             SCHUNK_CURVE_SIZES, quick)
+                             SCHUNK_CURVE_SIZES + (every_sample,), quick)
 
 
 def sample_size_curve(stream: Sequence[Trajectory], test: Sequence[Trajectory],
