@@ -7,6 +7,7 @@ from bench.mpc import reference_project
 from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
+from robot_dynamics_learning.control import mpc as mpc_module
 from robot_dynamics_learning.control.car_training import build_car_model
 from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
                                                    progress_cost, regularizer, target_cost)
@@ -132,6 +133,18 @@ def test_mpc_config_is_validated():
         MPCConfig(throttle_limits=(1.0, 0.0))
     with pytest.raises(ValueError, match='brake_command'):
         MPCConfig(throttle_limits=(0.2, 1.0))
+    with pytest.raises(ValueError, match='line_search_threads'):
+        MPCConfig(line_search_threads=-1)
+
+
+@pytest.mark.parametrize('cores, threads', [(1, 1), (2, 1), (3, 1), (4, 2), (16, 2)])
+def test_auto_line_search_threads_leave_a_small_machine_one_core(mlp, monkeypatch, cores,
+                                                                 threads):
+    """line_search_threads 0: two slices only where 4+ cores are usable (laptop), else one."""
+    monkeypatch.setattr(mpc_module.os, 'sched_getaffinity', lambda pid: set(range(cores)))
+    track = Track(load_track_spec(OVAL))
+    assert TrackMPC(mlp, track, MPCConfig(line_search_threads=0)).fused.workers == threads
+    assert TrackMPC(mlp, track, MPCConfig(line_search_threads=3)).fused.workers == 3
 
 
 finite = st.floats(-1e3, 1e3, allow_nan=False)

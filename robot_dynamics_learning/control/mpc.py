@@ -15,6 +15,7 @@ solve over its time budget is flagged (`ok` False) so that the caller brakes.
 """
 from dataclasses import dataclass
 import math
+import os
 import time
 from typing import Callable, NamedTuple, Optional, Tuple
 
@@ -40,7 +41,8 @@ class MPCConfig:
     cost through torch.compile (the first solve compiles for a minute or more and needs a C++
     toolchain; autograd path); fast: use `FusedRollout` (hand-written gradient) when the
     model is a `CarMLP`; line_search_threads: threads sharing the fast path's batched
-    line-search rollouts (2 on a 2-core machine: about 1.6x faster line searches).
+    line-search rollouts (2 where a second core is free: about 1.6x faster line searches;
+    0 picks by the cores this process may use, `auto_line_search_threads`).
     """
 
     horizon: int = 20
@@ -61,14 +63,14 @@ class MPCConfig:
     initial_throttle: float = 0.3
     compiled: bool = False
     fast: bool = True
-    line_search_threads: int = 1
+    line_search_threads: int = 0
 
     def __post_init__(self) -> None:
         """Validate every value, naming the bad one."""
         if self.horizon < 2:
             raise ValueError(f'horizon must be >= 2, got {self.horizon}')
-        if not 1 <= self.line_search_threads <= 64:
-            raise ValueError(f'line_search_threads must be in [1, 64], got '
+        if not 0 <= self.line_search_threads <= 64:
+            raise ValueError(f'line_search_threads must be in [0, 64] (0: auto), got '
                              f'{self.line_search_threads}')
         for name in ('throttle_limits', 'steering_limits'):
             low, high = getattr(self, name)
@@ -92,6 +94,18 @@ class MPCConfig:
         high = np.array([self.throttle_limits[1], self.steering_limits[1]])
         return bool(np.all(np.isfinite(command)) and np.all(command >= low)
                     and np.all(command <= high))
+
+
+def auto_line_search_threads() -> int:
+    """
+    Return the line-search threads for `line_search_threads: 0`: 2 with 4+ usable cores, else 1.
+
+    Why not 2 on 2 cores: on the robot or in simulation the estimator (and the simulator)
+    share the machine, and a slice waiting for a busy core delays the whole tick.
+    """
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
+             else os.cpu_count() or 1)
+    return 2 if cores >= 4 else 1
 
 
 def _reverse_cumsum(values: torch.Tensor) -> torch.Tensor:
@@ -144,7 +158,8 @@ class TrackMPC:
 
     def _refresh(self) -> None:
         """(Re)build the fast path from the model's current weights."""
-        self.fused = (FusedRollout(self.model, self.config.line_search_threads)
+        threads = self.config.line_search_threads or auto_line_search_threads()
+        self.fused = (FusedRollout(self.model, threads)
                       if self.config.fast and not self.config.compiled
                       and isinstance(self.model, CarMLP) else None)
 

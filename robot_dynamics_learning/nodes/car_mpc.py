@@ -77,8 +77,9 @@ class CarMPCNode(Node):
         declare('compile', False, 'torch.compile the cost (faster; the first start compiles '
                 'for a minute or more)')
         declare('torch_threads', 1, 'torch intra-op threads', 1, 64)
-        declare('line_search_threads', 1, 'threads sharing the batched line-search rollouts '
-                '(2 on 2 free cores: about 1.6x faster line searches)', 1, 64)
+        declare('line_search_threads', 0, 'threads sharing the batched line-search rollouts '
+                '(2 where a second core is free: about 1.6x faster line searches; 0: 2 with 4 '
+                'or more usable cores, else 1)', 0, 64)
         declare('delay_compensation', True, 'plan from the state predicted (model plus the '
                 'committed command) at the time the command will apply: the state age plus '
                 'the expected solve time plus actuation_delay_s')
