@@ -44,6 +44,8 @@ TICKS = 200
 ITERATIONS = 3
 # The issue's plain eager implementation: about 28 ms per iteration on its machine.
 ISSUE_REFERENCE_ITERATION_MS = 28.0
+# Every controller's settings but the path and threads; a budget that never cuts a tick short.
+CONFIG = MPCConfig(horizon=20, budget_s=10.0, line_search_threads=1)
 
 
 def reference_project(xy: torch.Tensor, window: tuple) -> tuple:
@@ -96,11 +98,10 @@ def run(ticks: int = TICKS, variants: Optional[tuple] = None) -> dict:
     """Alternate ticks of the controllers in `variants` (default: all four), each with a car."""
     model = load_car_model(DEFAULT_MODEL)
     track = Track(load_track_spec(DEFAULT_TRACK))
-    config = MPCConfig(horizon=20, budget_s=10.0, line_search_threads=1)
     variants = variants or (
-        ('fast', TrackMPC, config), ('autograd', TrackMPC, replace(config, fast=False)),
-        ('reference', ReferenceMPC, replace(config, fast=False)),
-        ('fast_split_two_threads', TrackMPC, replace(config, line_search_threads=2)))
+        ('fast', TrackMPC, CONFIG), ('autograd', TrackMPC, replace(CONFIG, fast=False)),
+        ('reference', ReferenceMPC, replace(CONFIG, fast=False)),
+        ('fast_split_two_threads', TrackMPC, replace(CONFIG, line_search_threads=2)))
     controllers = {name: cls(model, track, cfg, LineSearchOptimizer(OptimizerConfig(
         iterations=ITERATIONS, candidates=512, stop_early=False)))
         for name, cls, cfg in variants}
@@ -122,7 +123,7 @@ def run(ticks: int = TICKS, variants: Optional[tuple] = None) -> dict:
             states[name] = simulate(states[name], result.command[None, None], params,
                                     model.h)[:, -1]
         if tick % 20 == 0 and 'reference' in controllers:  # same function, same controls
-            u = (controllers['fast'].warm_start() + 0.1 * torch.randn(64, config.horizon, 2)
+            u = (controllers['fast'].warm_start() + 0.1 * torch.randn(64, CONFIG.horizon, 2)
                  ).clamp(-1.0, 1.0)
             state = states['fast'][0]
             with torch.no_grad():
@@ -142,10 +143,9 @@ def main() -> None:
     load = os.getloadavg()[0]
     started = time.perf_counter()
     timing = run()
-    config = MPCConfig(horizon=20, budget_s=10.0, line_search_threads=1)
     torch.set_num_threads(2)
-    two = run(TICKS // 2, (('fast', TrackMPC, config),
-                           ('reference', ReferenceMPC, replace(config, fast=False))))
+    two = run(TICKS // 2, (('fast', TrackMPC, CONFIG),
+                           ('reference', ReferenceMPC, replace(CONFIG, fast=False))))
     timing['fast_two_threads'], timing['reference_two_threads'] = two['fast'], two['reference']
     torch.set_num_threads(1)
     fast, reference = timing['fast'], timing['reference']

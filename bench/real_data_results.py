@@ -24,6 +24,7 @@ import platform
 import time
 from typing import List, Sequence
 
+from bench.models import converge_budget_s
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -588,8 +589,7 @@ def _convergence_line(what: str, entry: dict) -> str:
                 f'{run["epochs"]}-epoch recipe ({run["wall_s"]:.1f} s) within 5 % of it '
                 + ('never' if reached is None else f'after {reached:.1f} s')
                 + f' and ends at {run["final_over_converged"]:.2f}x it')
-    # an epoch costs time in proportion to the samples: the 100k target scaled to this set
-    budget = 28.0 * entry['samples'] / 100_000
+    budget = converge_budget_s(entry['samples'])
     met = all(run['wall_s_to_within_5pct'] is not None and run['wall_s_to_within_5pct'] <= budget
               for run in entry['runs'])
     return (f'- {what}, {entry["samples"]} training samples: '
