@@ -9,11 +9,12 @@ from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.continual import (ContinualLearner, LearnerConfig,
                                                         TrainerConfig)
 from robot_dynamics_learning.models.hybrid import (FastRegressor, PayloadConfig,
-                                                   PayloadEstimator, REPO_ROOT)
+                                                   PayloadEstimator)
 from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.resources import resource
 import torch
 
-PANDA = REPO_ROOT / 'urdf' / 'panda.urdf'
+PANDA = resource('urdf/panda.urdf')
 
 
 def _samples(rng: np.random.Generator, count: int, n: int = 7) -> np.ndarray:

@@ -2,14 +2,15 @@
 import numpy as np
 import pytest
 from robot_dynamics_learning.dynamics import load_urdf
-from robot_dynamics_learning.models.hybrid import FastRegressor, REPO_ROOT
+from robot_dynamics_learning.models.hybrid import FastRegressor
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
+from robot_dynamics_learning.resources import resource
 from ros_util import start_node, stop_node, TestNode, wait_for
 from test_continual_nodes import Probe
 
 pytestmark = pytest.mark.ros
 
-PANDA = REPO_ROOT / 'urdf' / 'panda.urdf'
+PANDA = resource('urdf/panda.urdf')
 LEARNER = {'model': 'hybrid', 'window': 8, 'batch_size': 16, 'warmup_samples': 100,
            'updates_per_sample': 0.1, 'accel_window': 5, 'diagnostics_period_s': 0.3,
            'recent_capacity': 2000, 'reservoir_windows': 50,

@@ -5,8 +5,8 @@ from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import inverse_dynamics_windows
 from robot_dynamics_learning.dynamics import load_urdf, rnea
 from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
-from robot_dynamics_learning.models.hybrid import REPO_ROOT
 from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.resources import resource
 import torch
 
 URDF = 'urdf/planar_2link.urdf'
@@ -14,7 +14,7 @@ URDF = 'urdf/planar_2link.urdf'
 
 def _recording(spring: float) -> Trajectory:
     """Planar 2-link torques from RNEA plus an unmodelled joint spring -spring * q."""
-    robot = load_urdf(REPO_ROOT / URDF)
+    robot = load_urdf(resource(URDF))
     t = np.arange(1500) * 0.01
     q = np.stack([0.8 * np.sin(0.9 * t), 0.6 * np.sin(1.7 * t + 0.5)], 1)
     qd = np.gradient(q, t, axis=0)

@@ -1,7 +1,8 @@
 """
 Loaders for the real robot recordings in `../shared/data/` (see its README).
 
-Every loader returns `Trajectory` objects in SI units. Set RDL_DATA_DIR to point elsewhere.
+Every loader returns `Trajectory` objects in SI units. Set RDL_DATA_DIR to point elsewhere;
+without either, a source checkout falls back to its trimmed fixtures (test/fixtures/data).
 """
 import csv
 import json
@@ -12,6 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.resources import source_root
 from robot_dynamics_learning.signals.offline import savgol_derivative
 
 KINOVA_JOINTS = [f'joint_{i}' for i in range(1, 8)]
@@ -24,14 +26,38 @@ SCHUNK_JOINTS = [f'arm_{i}_joint' for i in range(1, 7)]
 SCHUNK_ACC_WINDOW_S = 0.044  # 11 samples at 250 Hz
 PNEUMATIC_JOINTS = [f'pam_joint_{i}' for i in range(1, 5)]
 PNEUMATIC_DT = 0.01
+# Trimmed copies of the real recordings (provenance in its PROVENANCE.md), for the tests.
+FIXTURE_DATA = Path('test') / 'fixtures' / 'data'
 
 
 def shared_data_dir() -> Path:
-    """Return the shared data folder: $RDL_DATA_DIR, else ../shared/data beside the repo."""
+    """
+    Return the real-data folder.
+
+    Order: $RDL_DATA_DIR; else ../shared/data beside the repository (the full recordings);
+    else the trimmed fixtures in test/fixtures/data of a source checkout (a few files of each
+    set, enough for the tests: `full_data_available()` says which one is in use).
+    """
     env = os.environ.get('RDL_DATA_DIR')
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2].parent / 'shared' / 'data'
+    root = source_root()
+    if root is not None and (root.parent / 'shared' / 'data').is_dir():
+        return root.parent / 'shared' / 'data'
+    if root is not None and (root / FIXTURE_DATA).is_dir():
+        return root / FIXTURE_DATA
+    raise FileNotFoundError('no real-robot data: set RDL_DATA_DIR to a copy of the shared '
+                            'data (kinova_gen3/, pneumatic_arm/, schunk_lwa4p/, rc_car_dart/)')
+
+
+def full_data_available() -> bool:
+    """True unless only the trimmed test fixtures are there (benchmarks need the full sets)."""
+    try:
+        folder = shared_data_dir()
+    except FileNotFoundError:
+        return False
+    root = source_root()
+    return root is None or folder.resolve() != (root / FIXTURE_DATA).resolve()
 
 
 def _read_csv_columns(path: Path) -> dict:

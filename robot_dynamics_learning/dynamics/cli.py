@@ -8,8 +8,8 @@ import numpy as np
 
 from robot_dynamics_learning.dynamics.identify import identify
 from robot_dynamics_learning.dynamics.model import load_urdf, RobotModel
+from robot_dynamics_learning.resources import resource
 
-DEFAULT_URDF = Path(__file__).resolve().parents[2] / 'urdf' / 'panda.urdf'
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     'velocity, effort); missing velocities and all accelerations are then '
                     'computed with a zero-phase Savitzky-Golay filter.')
     parser.add_argument('data', type=Path, help='.npz file or rosbag2 folder')
-    parser.add_argument('--urdf', type=Path, default=DEFAULT_URDF,
-                        help=f'robot URDF (default {DEFAULT_URDF.name})')
+    parser.add_argument('--urdf', type=Path, default=None,
+                        help='robot URDF (default: the package\'s urdf/panda.urdf)')
     parser.add_argument('--joint-topic', default='/joint_states',
                         help='bag input: JointState topic (default /joint_states)')
     parser.add_argument('--window', type=float, default=0.05,
@@ -81,13 +81,14 @@ def load_samples(path: Path, model: RobotModel, joint_topic: str = '/joint_state
 
 
 def _run(args: argparse.Namespace) -> int:
-    model = load_urdf(args.urdf)
+    urdf = args.urdf or resource('urdf/panda.urdf')
+    model = load_urdf(urdf)
     q, qd, qdd, tau = load_samples(args.data, model, args.joint_topic, args.window)
     result = identify(model, q, qd, qdd, tau, learn_inertia=args.links or True,
                       learn_damping=args.damping, learn_friction=args.friction,
                       max_iter=args.max_iter)
     summary = result.summary()
-    summary.update({'urdf': str(args.urdf), 'data': str(args.data), 'samples': int(len(q))})
+    summary.update({'urdf': str(urdf), 'data': str(args.data), 'samples': int(len(q))})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2))
     print(f'identified {model.name} from {len(q)} samples: mean torque nMSE '

@@ -33,11 +33,9 @@ from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, Sequ
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, ModelConfig,
                                                    Normalizer, StatelessStep)
 from robot_dynamics_learning.models.lstm import lstm_step, LSTMState, NumpyLSTMStepper
+from robot_dynamics_learning.resources import resource
 import torch
 from torch import nn
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 @dataclasses.dataclass(frozen=True)
 class RigidBodyConfig(ModelConfig):
@@ -55,9 +53,14 @@ class RigidBodyConfig(ModelConfig):
                              f'got {self.urdf!r}')
 
     def path(self) -> Path:
-        """Return the URDF path, resolved against the repo root when relative."""
+        """Return the URDF path: as given, else a package file such as 'urdf/panda.urdf'."""
         path = Path(self.urdf)
-        return path if path.is_absolute() else REPO_ROOT / path
+        if path.is_absolute() or path.is_file():
+            return path
+        try:
+            return resource(str(path))
+        except FileNotFoundError:
+            return path   # refused by __post_init__ with the value given
 
 
 @dataclasses.dataclass(frozen=True)

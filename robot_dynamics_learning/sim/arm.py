@@ -33,26 +33,13 @@ import xml.etree.ElementTree as ElementTree
 from defusedxml import ElementTree as SafeElementTree
 import numpy as np
 from robot_dynamics_learning.dynamics import aba, crba, load_urdf, rnea
+from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.sim.trajectories import JointReference, ReferenceConfig
 import torch
 
-DEFAULT_URDF = Path(__file__).resolve().parents[2] / 'urdf' / 'panda.urdf'
-
-
 def find_urdf(name: str = 'panda.urdf') -> Path:
-    """Return the arm URDF from the source tree, else from the installed ROS share folder."""
-    candidates = [DEFAULT_URDF.parent / name]
-    if not candidates[0].is_file():
-        try:
-            from ament_index_python.packages import get_package_share_directory
-            candidates.append(Path(get_package_share_directory('robot_dynamics_learning'))
-                              / 'urdf' / name)
-        except (ImportError, LookupError, OSError):   # no ROS install or not installed
-            pass
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f'{name} not found in {[str(c) for c in candidates]}')
+    """Return a URDF shipped with the package (source tree, else the installed share folder)."""
+    return resource(f'urdf/{name}')
 
 
 def _seven(*values: float) -> Tuple[float, ...]:
