@@ -26,7 +26,7 @@ def share_dir() -> Optional[Path]:
         return None
     try:
         return Path(get_package_share_directory(PACKAGE))
-    except (PackageNotFoundError, ValueError, LookupError):
+    except (PackageNotFoundError, LookupError, OSError):   # OSError: AMENT_PREFIX_PATH unset
         return None
 
 
