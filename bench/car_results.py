@@ -23,6 +23,7 @@ from robot_dynamics_learning.control.car_training import (car_data, fit_car_roll
 from robot_dynamics_learning.control.demo_lap import DEFAULT_MODEL, drive_laps, plot_lap
 from robot_dynamics_learning.control.refine import refine_on_scenarios
 from robot_dynamics_learning.control.scenarios import plot_scenarios, run_all
+from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.models.car_common import car_dataset, evaluate_car_model
 from robot_dynamics_learning.sim.car import CarParams, DrivingStyle, MocapNoise
 from robot_dynamics_learning.sim.driving import simulated_drives
@@ -43,6 +44,7 @@ SIM_REFINE = {'rounds': 8, 'runs': 10, 'rollout_epochs': 2}
 
 def dart_results() -> dict:
     """Train both models on the DART training files, evaluate on the held-out files."""
+    datasets.require_full_data('the DART car results')
     train, test = car_data('dart', 0.05)
     out = {'train_transitions': int(len(train.observations)),
            'test_transitions': int(len(test.observations))}

@@ -294,6 +294,7 @@ def bench_lstm_real() -> dict:
     15 inputs and 5 outputs like seed 001's KUKA; the largest real set in ../shared/data
     (`split_schunk`: 64 training runs, 38k samples; 16 test runs). Three seeds.
     """
+    datasets.require_full_data('the Schunk convergence benchmark')
     train, test = datasets.split_schunk([_first_joints(run, 5)
                                          for run in datasets.load_schunk()])
     return _time_to_converge(train, test, seeds=(0, 1, 2))

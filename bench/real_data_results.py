@@ -668,6 +668,7 @@ def main(argv=None) -> None:
         results['claims'] = _claims(results)
         _write_outputs(results, ROOT / 'docs', quick=False)
         return
+    datasets.require_full_data('bench.real_data_results')
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     docs = ROOT / ('bench/results/quick' if args.quick else 'docs')

@@ -5,8 +5,10 @@ Learn an arm's dynamics on a robot: dynamics_learner [+ torque_predictor] on /jo
         urdf:=/path/to/my_arm.urdf checkpoint_dir:=$HOME/.rdl/arm namespace:=arm1 predictor:=true
 
 Arguments: model, urdf (the robot's URDF for hybrid / rigid_body: a path or a file in the
-package's urdf/ folder), params_file (default config/learner.yaml), checkpoint_dir, namespace,
-use_sim_time, predictor (also start a prediction-only node reading the learner's checkpoints).
+package's urdf/ folder), params_file (default config/learner.yaml), checkpoint_dir (default
+~/.rdl/arm_checkpoints/<namespace or 'default'>/<model>: one folder per robot and model type,
+resumed at the next start), namespace, use_sim_time, predictor (also start a prediction-only
+node reading the learner's checkpoints).
 """
 import os
 
@@ -14,7 +16,7 @@ from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition
-from launch.substitutions import LaunchConfiguration
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 
@@ -39,15 +41,16 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('params_file',
                               default_value=os.path.join(share, 'config', 'learner.yaml'),
                               description='YAML parameters of the learner and predictor'),
-        DeclareLaunchArgument('checkpoint_dir',
-                              default_value=os.path.join(os.path.expanduser('~'), '.rdl',
-                                                         'arm_checkpoints'),
-                              description='folder of checkpoints (resumed at start)'),
         DeclareLaunchArgument('realtime_priority', default_value='0',
                               description='SCHED_FIFO priority (1-99) of all node threads; '
                               '0: normal scheduling (needs CAP_SYS_NICE or an rtprio limit)'),
         DeclareLaunchArgument('namespace', default_value='',
                               description='namespace of the nodes (joint_states is relative)'),
+        DeclareLaunchArgument('checkpoint_dir', default_value=PathJoinSubstitution([
+            os.path.join(os.path.expanduser('~'), '.rdl', 'arm_checkpoints'),
+            PythonExpression(["'", namespace, "'.strip('/') or 'default'"]), model]),
+            description='folder of checkpoints (resumed at start); default: one per '
+            'namespace and model type'),
         DeclareLaunchArgument('use_sim_time', default_value='false',
                               description='use /clock (bag replay, simulators)'),
         DeclareLaunchArgument('predictor', default_value='false',

@@ -7,11 +7,14 @@ The RC car with motion capture: car_state_estimator -> car_mpc (-> car_model_lea
 
 Arguments: mocap_topic (PoseStamped of the car's rigid body), command_topic (Twist out:
 linear.x throttle, angular.z steering, see docs/car.md), params, track, checkpoint, learn,
-checkpoint_dir (where car_model_learner writes and car_mpc reloads models).
+checkpoint_dir (where car_model_learner writes and car_mpc reloads models; default a new
+folder per run under ~/.rdl/runs, so the MPC never reloads a model another car left),
+use_sim_time (true when replaying a bag with --clock).
 On a real car set throttle_min to the ESC's lowest allowed throttle in the params file
 (0.0 for the DART car).
 """
 import os
+import time
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
@@ -19,6 +22,7 @@ from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 
 PACKAGE = 'robot_dynamics_learning'
 
@@ -29,6 +33,8 @@ def generate_launch_description() -> LaunchDescription:
     params = LaunchConfiguration('params')
     learn = LaunchConfiguration('learn')
     checkpoint_dir = LaunchConfiguration('checkpoint_dir')
+    use_sim_time = ParameterValue(LaunchConfiguration('use_sim_time'), value_type=bool)
+    run = f'car_mpc-{time.strftime("%Y%m%d-%H%M%S")}-{os.getpid()}'
     return LaunchDescription([
         DeclareLaunchArgument('mocap_topic', default_value='/vrpn_mocap/rc_car/pose',
                               description='PoseStamped of the car from the mocap system'),
@@ -44,21 +50,26 @@ def generate_launch_description() -> LaunchDescription:
             share, 'config', 'models', 'car_mlp_sim.pt'), description='car model checkpoint'),
         DeclareLaunchArgument('learn', default_value='false',
                               description='also run car_model_learner'),
-        DeclareLaunchArgument('checkpoint_dir', default_value='/tmp/car_model',
-                              description='folder of learned checkpoints'),
+        DeclareLaunchArgument('checkpoint_dir', default_value=os.path.join(
+            os.path.expanduser('~'), '.rdl', 'runs', run), description='folder of the '
+            "learner's checkpoints (learn:=true); default: a new one per run"),
+        DeclareLaunchArgument('use_sim_time', default_value='false',
+                              description='use /clock (bag replay with --clock)'),
         Node(package=PACKAGE, executable='car_state_estimator', name='car_state_estimator',
-             output='screen', parameters=[params],
+             output='screen', parameters=[params, {'use_sim_time': use_sim_time}],
              remappings=[('mocap_pose', LaunchConfiguration('mocap_topic'))]),
         Node(package=PACKAGE, executable='car_mpc', name='car_mpc', output='screen',
              parameters=[params, {
                  'track_file': LaunchConfiguration('track'),
                  'checkpoint': LaunchConfiguration('checkpoint'),
                  'checkpoint_dir': PythonExpression(["'", checkpoint_dir, "' if '", learn,
-                                                     "' == 'true' else ''"])}],
+                                                     "' == 'true' else ''"]),
+                 'use_sim_time': use_sim_time}],
              remappings=[('command', LaunchConfiguration('command_topic'))]),
         Node(package=PACKAGE, executable='car_model_learner', name='car_model_learner',
              output='screen', condition=IfCondition(learn),
              parameters=[params, {'checkpoint': LaunchConfiguration('checkpoint'),
-                                  'checkpoint_dir': checkpoint_dir}],
+                                  'checkpoint_dir': checkpoint_dir,
+                                  'use_sim_time': use_sim_time}],
              remappings=[('command', LaunchConfiguration('command_topic'))]),
     ])

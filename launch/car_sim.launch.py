@@ -6,15 +6,19 @@ Simulated RC car driven by the MPC: car_sim -> car_state_estimator -> car_mpc ->
     ros2 launch robot_dynamics_learning car_sim.launch.py gazebo:=true  # Gazebo car instead
 
 Arguments: params (YAML of all car nodes), track (track YAML), checkpoint (car model),
-learn (also run car_model_learner; car_mpc then reloads its checkpoints), gazebo (drive the
-urdf/rc_car.urdf car in gz sim through ros_gz: its pose is bridged as the mocap pose and
-cmd_vel_gz as its AckermannSteering command; our simulator is not started).
+learn (also run car_model_learner; car_mpc then reloads its checkpoints), checkpoint_dir
+(where the learner writes; default a new folder per run under ~/.rdl/runs, so no run reloads
+another run's model), gazebo (drive the urdf/rc_car.urdf car in gz sim through ros_gz: its
+pose is bridged as the mocap pose and cmd_vel_gz as its AckermannSteering command; our
+simulator is not started, and every car node runs on the bridged /clock). gazebo:=true
+without ros_gz installed stops the launch with an error naming what is missing.
 """
 import os
+import time
 
 from ament_index_python.packages import get_package_share_directory, PackageNotFoundError
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
 from launch.conditions import IfCondition, UnlessCondition
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import Command, LaunchConfiguration, PythonExpression
@@ -23,6 +27,7 @@ from launch_ros.parameter_descriptions import ParameterValue
 
 PACKAGE = 'robot_dynamics_learning'
 MOCAP_TOPIC = '/vrpn_mocap/rc_car/pose'
+GAZEBO_PACKAGES = ('ros_gz_sim', 'ros_gz_bridge', 'robot_state_publisher')
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -31,8 +36,10 @@ def generate_launch_description() -> LaunchDescription:
     params = LaunchConfiguration('params')
     track = LaunchConfiguration('track')
     gazebo = LaunchConfiguration('gazebo')
-    checkpoint_dir = '/tmp/car_model'
+    checkpoint_dir = LaunchConfiguration('checkpoint_dir')
     learn = LaunchConfiguration('learn')
+    use_sim_time = ParameterValue(gazebo, value_type=bool)   # Gazebo stamps are sim time
+    run = f'car_sim-{time.strftime("%Y%m%d-%H%M%S")}-{os.getpid()}'
     return LaunchDescription([
         DeclareLaunchArgument('params', default_value=os.path.join(share, 'config',
                                                                    'car.yaml'),
@@ -46,22 +53,42 @@ def generate_launch_description() -> LaunchDescription:
                               description='also run car_model_learner'),
         DeclareLaunchArgument('gazebo', default_value='false',
                               description='drive the Gazebo car instead of car_sim'),
+        DeclareLaunchArgument('checkpoint_dir', default_value=os.path.join(
+            os.path.expanduser('~'), '.rdl', 'runs', run), description='folder of the '
+            "learner's checkpoints (learn:=true); default: a new one per run"),
+        OpaqueFunction(function=_require_gazebo_packages),
         Node(package=PACKAGE, executable='car_sim', name='car_sim', output='screen',
              parameters=[params, {'track_file': track}],
              remappings=[('mocap_pose', MOCAP_TOPIC)], condition=UnlessCondition(gazebo)),
         Node(package=PACKAGE, executable='car_state_estimator', name='car_state_estimator',
-             output='screen', parameters=[params], remappings=[('mocap_pose', MOCAP_TOPIC)]),
+             output='screen', parameters=[params, {'use_sim_time': use_sim_time}],
+             remappings=[('mocap_pose', MOCAP_TOPIC)]),
         Node(package=PACKAGE, executable='car_mpc', name='car_mpc', output='screen',
              parameters=[params, {
                  'track_file': track, 'checkpoint': LaunchConfiguration('checkpoint'),
                  'checkpoint_dir': PythonExpression(["'", checkpoint_dir, "' if '", learn,
                                                      "' == 'true' else ''"]),
-                 'publish_gz_cmd': ParameterValue(gazebo, value_type=bool)}]),
+                 'publish_gz_cmd': ParameterValue(gazebo, value_type=bool),
+                 'use_sim_time': use_sim_time}]),
         Node(package=PACKAGE, executable='car_model_learner', name='car_model_learner',
              output='screen', condition=IfCondition(learn),
              parameters=[params, {'checkpoint': LaunchConfiguration('checkpoint'),
-                                  'checkpoint_dir': checkpoint_dir}]),
+                                  'checkpoint_dir': checkpoint_dir,
+                                  'use_sim_time': use_sim_time}]),
     ] + (_gazebo_actions(share, gazebo) if _has('ros_gz_sim') else []))
+
+
+def _require_gazebo_packages(context) -> list:
+    """Stop the launch before any node starts when gazebo:=true cannot work here."""
+    if context.launch_configurations.get('gazebo', 'false').lower() not in ('true', '1'):
+        return []
+    missing = [name for name in GAZEBO_PACKAGES if not _has(name)]
+    if missing:
+        raise RuntimeError(
+            f'gazebo:=true needs {", ".join(missing)} (not found in the ament index): install '
+            'Gazebo Harmonic with ros_gz (e.g. ros-jazzy-ros-gz) or launch without '
+            'gazebo:=true to use the built-in car simulator')
+    return []
 
 
 def _gazebo_actions(share: str, gazebo: LaunchConfiguration) -> list:

@@ -6,6 +6,7 @@ one rule of the helper processes nodes spawn (trainer, arm physics): `die_with_p
 the opt-in real-time scheduling of a node's own threads: `set_realtime_priority`.
 """
 import ctypes
+import multiprocessing.process
 import os
 from pathlib import Path
 import signal
@@ -63,14 +64,34 @@ def stop_process(process: subprocess.Popen, timeout: float = 20.0) -> int:
     return process.returncode
 
 
+def start_child(process: multiprocessing.process.BaseProcess) -> None:
+    """
+    Start a helper process (trainer, arm physics) with SIGINT blocked from its first moment.
+
+    Ctrl-C in a terminal reaches the whole process group: a child that took it printed a
+    KeyboardInterrupt traceback, though its parent stops it anyway. Blocking SIGINT in this
+    thread while the child is created makes the child inherit the blocked mask through exec;
+    `die_with_parent`, its first call, then ignores SIGINT for good. The parent's own SIGINT
+    handling (rclpy's) is untouched: only this thread's mask changes, for the moment of start.
+    """
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def die_with_parent(parent_pid: int) -> None:
     """
     Have Linux kill this (child) process when its parent dies (prctl PR_SET_PDEATHSIG).
 
     So a node killed with `kill -9` leaves no orphan behind (one writing checkpoints, or
     simulating for nobody). Elsewhere, or if prctl fails, callers also poll
-    `os.getppid() != parent_pid`. Exits at once if the parent is already gone.
+    `os.getppid() != parent_pid`. Exits at once if the parent is already gone. Also makes the
+    child ignore SIGINT (see `start_child`): its parent ends it.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if sys.platform.startswith('linux'):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -4,9 +4,11 @@ One launch_testing run of an installed launch file, described by $RDL_LAUNCH_CAS
 Run by test/test_launch_real.py as `python -m launch_testing.launch_test test/launch_case.py`
 against a colcon install of the package (launch_support.py builds it). The case names the
 launch file and its arguments, extra nodes that feed it data (e.g. arm_sim for the learner),
-and what must be seen: node names, topics with a message count, and parameter values the
-nodes report over their parameter services. After shutdown (launch sends SIGINT to every
-process) every process must have exited with code 0 and printed no traceback.
+and what must be seen: node names, topics with a message count (`driving`: only commands
+that are not the brake count), and parameter values the nodes report over their parameter
+services (a value, {'startswith': prefix}, or `same` across two nodes). After shutdown
+(launch sends SIGINT to every process) every process must have exited with code 0 and
+printed no traceback.
 """
 import importlib
 import json
@@ -31,6 +33,7 @@ from rclpy.qos import qos_profile_sensor_data
 
 PACKAGE = 'robot_dynamics_learning'
 CASE: Dict[str, Any] = json.loads(os.environ.get('RDL_LAUNCH_CASE', '{}'))
+DRIVE_THRESHOLD = 0.05   # Twist linear.x above this is a drive command, not the brake
 
 
 @pytest.mark.launch_test
@@ -46,7 +49,8 @@ def generate_test_description():
         actions.append(Node(package=PACKAGE, executable=extra['executable'],
                             name=extra['executable'], namespace=extra.get('namespace', ''),
                             output='screen',
-                            parameters=parameters + [extra.get('parameters', {})]))
+                            parameters=parameters + [extra.get('parameters', {})],
+                            remappings=list(extra.get('remappings', {}).items())))
     return LaunchDescription(actions + [launch_testing.actions.ReadyToTest()]), {}
 
 
@@ -89,11 +93,14 @@ class TestRunningGraph(unittest.TestCase):
     def test_2_topics_flow(self) -> None:
         counts: Dict[str, int] = {}
         subscriptions = []
+        driving = CASE.get('driving')
         for topic, type_name, _ in CASE.get('topics', []):
             counts[topic] = 0
 
-            def count(_msg, topic=topic) -> None:
-                counts[topic] += 1
+            def count(msg, topic=topic) -> None:
+                # a drive command (not the brake) counts where the case asks for driving
+                if topic != driving or msg.linear.x > DRIVE_THRESHOLD:
+                    counts[topic] += 1
             subscriptions.append(self.node.create_subscription(
                 _message_type(type_name), topic, count, qos_profile_sensor_data))
         wanted = {topic: n for topic, _, n in CASE.get('topics', [])}
@@ -101,20 +108,30 @@ class TestRunningGraph(unittest.TestCase):
         for topic, n in wanted.items():
             self.assertGreaterEqual(counts[topic], n, f'too few messages on {topic}')
 
+    def _parameters(self, node_name: str, names: List[str]) -> Dict[str, Any]:
+        """Return the values `node_name` reports for `names` over its parameter service."""
+        client = self.node.create_client(GetParameters, f'{node_name}/get_parameters')
+        self._spin_until(client.service_is_ready)
+        self.assertTrue(client.service_is_ready(), f'{node_name} has no parameter service')
+        future = client.call_async(GetParameters.Request(names=names))
+        self._spin_until(future.done)
+        self.assertTrue(future.done(), f'{node_name}/get_parameters did not answer')
+        return dict(zip(names, (parameter_value_to_python(v) for v in future.result().values)))
+
     def test_3_parameters_are_the_configured_values(self) -> None:
         by_node: Dict[str, Dict[str, Any]] = {}
         for node_name, name, value in CASE.get('parameters', []):
             by_node.setdefault(node_name, {})[name] = value
         for node_name, expected in by_node.items():
-            client = self.node.create_client(GetParameters, f'{node_name}/get_parameters')
-            self._spin_until(client.service_is_ready)
-            self.assertTrue(client.service_is_ready(), f'{node_name} has no parameter service')
-            future = client.call_async(GetParameters.Request(names=list(expected)))
-            self._spin_until(future.done)
-            self.assertTrue(future.done(), f'{node_name}/get_parameters did not answer')
-            reported = dict(zip(expected, (parameter_value_to_python(v)
-                                           for v in future.result().values)))
-            self.assertEqual(reported, expected, f'{node_name} parameters')
+            reported = self._parameters(node_name, list(expected))
+            for name, value in expected.items():
+                if isinstance(value, dict):   # {'startswith': prefix}: a generated path
+                    self.assertTrue(str(reported[name]).startswith(value['startswith']),
+                                    f'{node_name} {name} = {reported[name]!r}')
+                else:
+                    self.assertEqual(reported[name], value, f'{node_name} {name}')
+        for first, second, name in CASE.get('same', []):
+            self.assertEqual(self._parameters(first, [name]), self._parameters(second, [name]))
 
 
 @launch_testing.post_shutdown_test()

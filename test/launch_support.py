@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ def missing_reason() -> Optional[str]:
 
 
 def _colcon_command() -> Optional[List[str]]:
-    """colcon run by this interpreter, so the installed nodes' shebang is this venv's python."""
+    """Return the colcon command: run by this interpreter, so nodes get its shebang."""
     if (COLCON_SITE / 'colcon_core').is_dir():
         return [sys.executable, '-m', 'colcon']
     if importlib.util.find_spec('colcon_core') is not None:
@@ -92,30 +93,44 @@ def run_launch_test(case: dict, env: Dict[str, str], cwd: Path, marker: str,
     env = dict(env, RDL_LAUNCH_CASE=json.dumps(case), RDL_LAUNCH_MARKER=marker,
                PYTHONUNBUFFERED='1')
     # launch's own cwd: relative files a node writes land in the test's temporary folder
-    return subprocess.run([sys.executable, '-m', 'launch_testing.launch_test',
-                           str(ROOT / 'test' / 'launch_case.py')],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return _run_in_own_group([sys.executable, '-m', 'launch_testing.launch_test',
+                              str(ROOT / 'test' / 'launch_case.py')], env, cwd, timeout)
 
 
 def run_launch_file(launch_file: str, args: Dict[str, str], env: Dict[str, str], cwd: Path,
                     marker: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """Run an installed launch file to its end, as `ros2 launch` would (no ros2cli here)."""
     script = (
-        'import sys, os\n'
+        'import os, sys\n'
         'from ament_index_python.packages import get_package_share_directory\n'
         'from launch import LaunchDescription, LaunchService\n'
         'from launch.actions import IncludeLaunchDescription\n'
         'from launch.launch_description_sources import PythonLaunchDescriptionSource\n'
         f'path = os.path.join(get_package_share_directory({PACKAGE!r}), "launch", '
         f'{launch_file!r})\n'
-        'service = LaunchService(argv=sys.argv[1:])\n'
+        'arguments = [a.split(":=", 1) for a in sys.argv[1:]]\n'
+        'service = LaunchService()\n'
         'service.include_launch_description(LaunchDescription([IncludeLaunchDescription('
-        'PythonLaunchDescriptionSource(path))]))\n'
+        'PythonLaunchDescriptionSource(path), launch_arguments=arguments)]))\n'
         'sys.exit(service.run())\n')
     env = dict(env, RDL_LAUNCH_MARKER=marker)
-    return subprocess.run([sys.executable, '-c', script]
-                          + [f'{name}:={value}' for name, value in args.items()],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return _run_in_own_group([sys.executable, '-c', script]
+                             + [f'{name}:={value}' for name, value in args.items()],
+                             env, cwd, timeout)
+
+
+def _run_in_own_group(command: List[str], env: Dict[str, str], cwd: Path,
+                      timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run, but a timeout kills the whole process group (launch's nodes too)."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        stderr += f'\n[killed after {timeout:.0f} s]'
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def leftover_processes(marker: str, grace_s: float = 3.0) -> List[str]:

@@ -51,13 +51,21 @@ def shared_data_dir() -> Path:
 
 
 def full_data_available() -> bool:
-    """True unless only the trimmed test fixtures are there (benchmarks need the full sets)."""
+    """Return False when only the trimmed test fixtures are there (benchmarks need full sets)."""
     try:
         folder = shared_data_dir()
     except FileNotFoundError:
         return False
     root = source_root()
     return root is None or folder.resolve() != (root / FIXTURE_DATA).resolve()
+
+
+def require_full_data(purpose: str) -> None:
+    """Raise FileNotFoundError unless the full recordings are there (not only the fixtures)."""
+    if not full_data_available():
+        raise FileNotFoundError(f'{purpose} needs the full real-robot recordings; only the '
+                                'trimmed test fixtures were found: set RDL_DATA_DIR to a copy '
+                                'of the shared data')
 
 
 def _read_csv_columns(path: Path) -> dict:

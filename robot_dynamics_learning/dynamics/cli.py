@@ -11,7 +11,6 @@ from robot_dynamics_learning.dynamics.model import load_urdf, RobotModel
 from robot_dynamics_learning.resources import resource
 
 
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `identify` command to `rdl`."""
     parser = subparsers.add_parser(
@@ -25,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     'computed with a zero-phase Savitzky-Golay filter.')
     parser.add_argument('data', type=Path, help='.npz file or rosbag2 folder')
     parser.add_argument('--urdf', type=Path, default=None,
-                        help='robot URDF (default: the package\'s urdf/panda.urdf)')
+                        help="robot URDF (default: the package's urdf/panda.urdf)")
     parser.add_argument('--joint-topic', default='/joint_states',
                         help='bag input: JointState topic (default /joint_states)')
     parser.add_argument('--window', type=float, default=0.05,

@@ -39,7 +39,7 @@ from robot_dynamics_learning.learning.continual import (ContinualLearner, Contin
                                                         Published, save_with_physics,
                                                         SaveFunction, trainer_stats)
 from robot_dynamics_learning.models.base import DynamicsModel
-from robot_dynamics_learning.processes import die_with_parent
+from robot_dynamics_learning.processes import die_with_parent, start_child
 import torch
 
 STATS_PERIOD_S = 0.5
@@ -200,11 +200,15 @@ class TrainerProcess:
         context = multiprocessing.get_context('spawn')   # no fork of a process with DDS threads
         self._samples = context.Queue()
         self._results = context.Queue()
+        # Set at stop: the child then skips the samples still queued (they would never be
+        # trained on) and reaches the stop message at once.
+        self._stop_requested = context.Event()
         self._spec = _ChildSpec(checkpoint_payload(model), split_physics, n_obs, n_act,
                                 n_target, config, rng, save, fit_normalization, start_step,
                                 process)
         self._process = context.Process(target=_child_main, name='continual_trainer',
-                                        args=(self._spec, self._samples, self._results),
+                                        args=(self._spec, self._samples, self._results,
+                                              self._stop_requested),
                                         daemon=True)
         self._template = copy.deepcopy(model).eval()
         for parameter in self._template.parameters():
@@ -228,7 +232,7 @@ class TrainerProcess:
 
     def start(self) -> None:
         """Start the child and the thread that receives its hand-overs."""
-        self._process.start()
+        start_child(self._process)
         self._receiver = threading.Thread(target=self._receive, name='trainer_receiver',
                                           daemon=True)
         self._receiver.start()
@@ -238,16 +242,17 @@ class TrainerProcess:
         if self._receiver is None:
             return
         self.forwarder.flush()
+        self._stop_requested.set()
         self._samples.put(('stop', checkpoint))
         timeout = self._spec.process.stop_timeout_s if timeout is None else timeout
-        self._stopped.wait(timeout)
-        self._process.join(timeout=1.0)
+        if self._stopped.wait(timeout):
+            self._process.join(timeout=0.5)   # it has sent its last word and is exiting
         if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(timeout=2.0)
-            self.stats['last_error'] = 'trainer process did not stop in time: terminated'
+            self._process.kill()   # checkpoints are written atomically: none is left half
+            self._process.join(timeout=1.0)
+            self.stats['last_error'] = 'trainer process did not stop in time: killed'
         self._samples.cancel_join_thread()
-        self._receiver.join(timeout=1.0)
+        self._receiver.join(timeout=0.5)
 
     def _receive(self) -> None:
         """Rebuild each handed-over model here and publish it; keep the counters current."""
@@ -276,7 +281,7 @@ class TrainerProcess:
                 self._stopped.set()
 
 
-def _child_main(spec: _ChildSpec, samples: Any, results: Any) -> None:
+def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: Any) -> None:
     """Entry point of the trainer process."""
     die_with_parent(spec.parent_pid)
     os.nice(spec.process.nice)
@@ -312,7 +317,8 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any) -> None:
                     os._exit(0)
                 continue
             if message[0] == 'samples':
-                _store(message, buffer, history, physics)
+                if not stop_requested.is_set():
+                    _store(message, buffer, history, physics)
             elif message[0] == 'reset':
                 buffer.reset()
                 history.reset()

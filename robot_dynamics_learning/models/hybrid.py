@@ -37,6 +37,7 @@ from robot_dynamics_learning.resources import resource
 import torch
 from torch import nn
 
+
 @dataclasses.dataclass(frozen=True)
 class RigidBodyConfig(ModelConfig):
     """urdf: file path (relative paths are from the repo root); which parameters learn."""

@@ -80,7 +80,7 @@ class ArmSimNode(Node):
         self.stream = ArmStream(config, block, get('duration_s').value,
                                 list(zip(schedule[::2], schedule[1::2])),
                                 threads=get('torch_threads').value)
-        self.stream.start()
+        self.stream.start(cancelled=lambda: not self.context.ok())
         self.names: List[str] = self.stream.joint_names
         self.factor = get('real_time_factor').value
         self.sim_time = 0.0

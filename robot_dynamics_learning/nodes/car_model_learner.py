@@ -33,6 +33,7 @@ from sensor_msgs.msg import Joy
 import torch
 
 COMMAND_TYPES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
+STOP_TIMEOUT_S = 1.5   # the training thread's last step; a node has 2 s to end after SIGINT
 
 
 class CarModelLearnerNode(Node):
@@ -163,6 +164,8 @@ class CarModelLearnerNode(Node):
                 self._normalised = True
             self.model.train()
             for _ in range(self.steps_per_round):
+                if self._stop.is_set():   # per step: SIGINT must end the node within 2 s
+                    break
                 batch = self.buffer.sample(self.batch_size)
                 loss, _ = self.model.loss(batch)
                 self.optimizer.zero_grad()
@@ -189,9 +192,9 @@ class CarModelLearnerNode(Node):
                                f'{self.parser.counter.summary()}')
 
     def destroy_node(self) -> None:
-        """Stop the training thread first."""
+        """Stop the training thread first (it checks the flag between Adam steps)."""
         self._stop.set()
-        self._thread.join(timeout=10.0)
+        self._thread.join(timeout=STOP_TIMEOUT_S)
         super().destroy_node()
 
 

@@ -48,6 +48,9 @@ import torch
 
 INVERSE_MODELS = ('lstm', 'ac_rkn_inverse', 'hybrid', 'rigid_body', 'ffnn')
 URDF_MODELS = ('hybrid', 'rigid_body')   # their model_config names a URDF
+# The trainer process's final checkpoint may take this long: a node has 2 s to end after
+# SIGINT (launch escalates to SIGTERM after 5 s); past it the periodic checkpoints remain.
+TRAINER_STOP_TIMEOUT_S = 1.2
 
 
 class DynamicsLearnerNode(Node):
@@ -223,7 +226,8 @@ class DynamicsLearnerNode(Node):
                 model, 3 * n, n, n, config, rng, save=save, fit_normalization=not fitted,
                 start_step=start_step,
                 process=ProcessConfig(nice=get('trainer_nice').value,
-                                      threads=get('torch_threads').value))
+                                      threads=get('torch_threads').value,
+                                      stop_timeout_s=TRAINER_STOP_TIMEOUT_S))
         else:
             self.learner = ContinualLearner(model, 3 * n, n, n, config, rng, save=save,
                                             fit_normalization=not fitted,

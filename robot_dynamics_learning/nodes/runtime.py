@@ -7,6 +7,7 @@ destroyed.
 """
 import gc
 import sys
+import time
 from typing import Any, Callable, List, Optional
 
 import rclpy
@@ -23,6 +24,9 @@ from robot_dynamics_learning.processes import set_realtime_priority
 # executor's own wait loop) hold the GIL for 5 ms while a callback thread waits: at
 # 100 Hz-1 kHz that drops most messages. 0.2 ms keeps hand-offs short.
 GIL_SWITCH_INTERVAL_S = 0.0002
+# How long the executor's running callbacks may take to finish after SIGINT (of the 2 s a
+# node has to end: launch escalates to SIGTERM after 5 s).
+SHUTDOWN_WAIT_S = 1.0
 
 
 def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
@@ -40,6 +44,7 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     retain_freed_memory()
     rclpy.init(args=args)
     node = None
+    executor = None
     try:
         node = make_node()
         # Objects alive now (torch, rclpy, the model) never change: a full collection
@@ -47,15 +52,52 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         gc.freeze()
         _apply_realtime_priority(node)
         executor = (SingleThreadedExecutor() if threads == 1
-                    else MultiThreadedExecutor(num_threads=threads))
+                    else DrainingExecutor(num_threads=threads))
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # SIGINT shuts the context down while a callback may still be in an rclpy call,
+        # which then fails (e.g. take_message's 'Unable to convert call argument'): that is
+        # the normal end of the node, not an error. Anything else is.
+        if rclpy.ok():
+            raise
     finally:
+        if executor is not None:
+            # Callbacks still running in the executor's threads finish before the node and
+            # its entities are destroyed (else: 'cannot use Destroyable' in their futures).
+            executor.shutdown(timeout_sec=SHUTDOWN_WAIT_S)
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+
+
+class DrainingExecutor(MultiThreadedExecutor):
+    """
+    rclpy's multi-threaded executor whose `shutdown` waits for the callbacks still running.
+
+    Jazzy's `Executor.shutdown` neither waits for the thread pool nor collects the callbacks'
+    outcome, so a callback still running when the node was destroyed failed ('cannot use
+    Destroyable because destruction was requested') and its task printed 'The following
+    exception was never retrieved' at exit. Here the pool ends first (bounded by the timeout)
+    and what those last callbacks raised is collected, as shutdown makes such errors expected.
+    """
+
+    def shutdown(self, timeout_sec: Optional[float] = None) -> bool:
+        """Stop executing callbacks; wait up to `timeout_sec` for running ones to finish."""
+        finished = super().shutdown(timeout_sec)
+        pool, futures = self._executor, list(self._futures)
+        deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
+        for future in futures:
+            while not future.done() and (deadline is None or time.monotonic() < deadline):
+                time.sleep(0.005)
+            if future.done():
+                future.exception()   # mark it retrieved
+            else:
+                finished = False
+        pool.shutdown(wait=False)
+        return finished
 
 
 def _apply_realtime_priority(node: Node) -> None:
@@ -89,4 +131,8 @@ def take_pending(subscription: Subscription) -> Optional[Any]:
             taken = subscription.handle.take_message(subscription.msg_type, subscription.raw)
     except InvalidHandle:   # destroyed while shutting down
         return None
+    except RuntimeError:
+        if rclpy.ok():
+            raise
+        return None   # the context was shut down (SIGINT) during the call
     return None if taken is None else taken[0]

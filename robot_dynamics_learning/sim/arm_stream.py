@@ -16,11 +16,14 @@ up to `ahead` + 1 ahead of publication).
 import multiprocessing
 import os
 import queue
-from typing import Any, List, Optional, Tuple
+import time
+from typing import Any, Callable, List, Optional, Tuple
 
-from robot_dynamics_learning.processes import die_with_parent
+from robot_dynamics_learning.processes import die_with_parent, start_child
 from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
 import torch
+
+START_POLL_S = 0.1   # how often `start` checks whether it was cancelled
 
 
 class ArmStream:
@@ -41,10 +44,28 @@ class ArmStream:
                   self._commands, self._messages, os.getpid()))
         self.joint_names: List[str] = []
 
-    def start(self, timeout: float = 120.0) -> None:
-        """Start the child and wait for its joint names (it builds the model first)."""
-        self._process.start()
-        kind, names = self._messages.get(timeout=timeout)
+    def start(self, timeout: float = 120.0,
+              cancelled: Callable[[], bool] = lambda: False) -> None:
+        """
+        Start the child and wait for its joint names (it builds the model first).
+
+        `cancelled` is polled while waiting (e.g. "the node got SIGINT"): then the child is
+        stopped and InterruptedError raised, so a start-up of seconds does not outlive Ctrl-C.
+        """
+        start_child(self._process)
+        deadline = time.monotonic() + timeout
+        while True:
+            if cancelled():
+                self.stop()
+                raise InterruptedError('arm simulation start cancelled')
+            try:
+                kind, names = self._messages.get(timeout=START_POLL_S)
+                break
+            except queue.Empty:
+                if time.monotonic() > deadline or not self._process.is_alive():
+                    self.stop()
+                    raise RuntimeError('arm simulation did not start within '
+                                       f'{timeout:.0f} s') from None
         if kind != 'ready':
             raise RuntimeError(f'arm simulation did not start: {names}')
         self.joint_names = list(names)

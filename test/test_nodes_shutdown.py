@@ -1,0 +1,98 @@
+"""
+Ctrl-C in a terminal: SIGINT to the node's whole process group, helper processes included.
+
+A terminal delivers Ctrl-C to every process of the foreground group: the node and the helper
+processes it spawned (arm physics, continual trainer). The node must end within 2 s, with
+exit code 0 and no traceback from anyone; also when Ctrl-C comes during start-up.
+"""
+import math
+import os
+from pathlib import Path
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from robot_dynamics_learning.processes import ros_args
+from ros_util import ROOT, TestNode, wait_for
+from sensor_msgs.msg import JointState
+
+END_WITHIN_S = 2.0
+
+
+def _start_in_own_group(executable: str, params: dict, log: Path) -> subprocess.Popen:
+    """Start a node as a shell would: a process group of its own, output to `log`."""
+    command = [sys.executable, '-u', '-m', f'robot_dynamics_learning.nodes.{executable}']
+    return subprocess.Popen(command + ros_args(params), cwd=ROOT, stdout=open(log, 'w'),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _ctrl_c(process: subprocess.Popen) -> float:
+    """Send SIGINT to the process group; return the seconds until the node exited."""
+    start = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=15.0)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return time.monotonic() - start
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize('executable, params, topic', [
+    ('arm_sim', {'rate_hz': 200.0}, '/joint_states'),
+    ('dynamics_learner', {'model': 'lstm', 'trainer_process': True, 'warmup_samples': 10,
+                          'updates_per_sample': 1.0}, None),
+])
+def test_ctrl_c_ends_node_and_helpers_quietly(executable, params, topic, tmp_path):
+    log = tmp_path / f'{executable}.log'
+    process = _start_in_own_group(executable, params, log)
+    with TestNode() as probe:
+        if topic is None:   # feed the learner so its trainer process is running
+            publisher = probe.node.create_publisher(JointState, 'joint_states', 10)
+            sent = [0]
+
+            def feed() -> bool:
+                """Publish one 200 Hz sample; true once the trainer process has trained."""
+                t = 1.0 + 0.005 * sent[0]
+                msg = JointState(name=['a', 'b'], position=[math.sin(t), math.cos(t)],
+                                 velocity=[math.cos(t), -math.sin(t)], effort=[1.0, 2.0])
+                msg.header.stamp.sec, msg.header.stamp.nanosec = int(t), int(t % 1 * 1e9)
+                publisher.publish(msg)
+                sent[0] += 1
+                return re.search(r'steps [1-9]', log.read_text()) is not None
+            assert wait_for(feed, 90.0, period=0.005), log.read_text()
+        else:
+            received = []
+            probe.node.create_subscription(JointState, topic, received.append, 10)
+            assert wait_for(lambda: len(received) > 20, 60.0), log.read_text()
+        elapsed = _ctrl_c(process)
+    output = log.read_text()
+    assert process.returncode == 0, output
+    assert 'Traceback' not in output and 'KeyboardInterrupt' not in output, output
+    assert elapsed < END_WITHIN_S, f'{executable} took {elapsed:.1f} s after Ctrl-C'
+    # multiprocessing's resource tracker ends once its pipe from the node closes
+    assert wait_for(lambda: not _group_alive(process.pid), 3.0), 'a helper outlived its node'
+
+
+def test_ctrl_c_during_arm_sim_start_up(tmp_path):
+    """The physics child builds its model for seconds; Ctrl-C then must not wait for it."""
+    log = tmp_path / 'arm_sim.log'
+    process = _start_in_own_group('arm_sim', {}, log)
+    assert wait_for(lambda: 'arm_sim' in log.read_text() or process.poll() is not None, 60.0)
+    elapsed = _ctrl_c(process)   # the node exists, the physics child is still starting
+    output = log.read_text()
+    assert process.returncode == 0, output
+    assert 'Traceback' not in output and 'KeyboardInterrupt' not in output, output
+    assert elapsed < END_WITHIN_S, f'arm_sim took {elapsed:.1f} s after Ctrl-C at start-up'
