@@ -138,8 +138,8 @@ def follow_phase(phase: Phase, sim: subprocess.Popen, sim_lines: List[str], stat
             phase.first = phase.first or phase.last
             if live and now - printed >= 2.0:
                 printed = now
-                rate, _ = phase.rates()
-                print(f'    {robot_s:6.1f} s | {now - start:6.1f} s | {rate:6.0f} /s | '
+                rate = f'{phase.rates()[0]:6.0f} /s' if phase.last != phase.first else '     - /s'
+                print(f'    {robot_s:6.1f} s | {now - start:6.1f} s | {rate} | '
                       f"{values.get('samples', 0):>7} | {values.get('train_steps', 0):>6} | "
                       f"{values.get('prequential_nmse', float('nan')):10.4f} | "
                       f"{values.get('latency_p50_ms', float('nan')):.2f}/"
