@@ -50,7 +50,7 @@ RATES_HZ = (1000.0, 500.0, 400.0, 250.0, 200.0, 100.0, 50.0)   # publish rates t
 CANDIDATES = (512, 256, 128, 64)   # line-search candidates of the lap's MPC
 NMSE_TARGET = 0.03          # prequential nMSE the learner should reach
 RECOVERY_FACTOR = 1.2       # 'recovered': back within this factor of the level before
-RECOVERY_TARGET_S = 5.0     # robot seconds from the payload change to recovered
+RECOVERY_WINDOW_S = 10.0    # ... in the first 10 s after the change (docs/continual.md, hybrid)
 SCORED_TARGET = 0.9         # share of the published messages the learner should score
 TICK_BUDGET_MS = 50.0       # the car MPC node's budget_s (config/car.yaml)
 NMSE_WINDOW_S = 2.0         # robot-time window of the demo's sliding nMSE
@@ -248,11 +248,23 @@ def _verdict(met: bool) -> str:
     return 'met' if met else 'MISSED'
 
 
-def summary(t: np.ndarray, nmse: np.ndarray, run: Phase, payload: float) -> List[str]:
+def interval_nmse(t: np.ndarray, target: np.ndarray, prediction: np.ndarray, begin: float,
+                  end: float) -> float:
+    """Return the nMSE of the samples with begin <= t < end (variance: all up to `end`)."""
+    inside, seen = (t >= begin) & (t < end), t < end
+    mse = np.mean((target[inside] - prediction[inside]) ** 2, axis=0)
+    return float(np.mean(mse / np.maximum(target[seen].var(axis=0), 1e-12)))
+
+
+def summary(t: np.ndarray, target: np.ndarray, prediction: np.ndarray, nmse: np.ndarray,
+            run: Phase, payload: float) -> List[str]:
     """
     Return one line per target of the run, each met or MISSED with its number.
 
-    t: robot time (s) of every scored sample of the run, nmse their `sliding_nmse`.
+    t: robot time (s) of every scored sample of the run; target, prediction (N, d) N m;
+    nmse their `sliding_nmse`. Recovery compares the nMSE of the RECOVERY_WINDOW_S after the
+    payload change with that of as long before it: one number per side, so the trajectory's
+    own 2-3x swings of the sliding curve do not decide it.
     """
     due = run.duration_s / 2
     expected = int(round(max(run.duration_s, run.robot_s) * run.rate_hz))   # blocks overshoot
@@ -266,30 +278,21 @@ def summary(t: np.ndarray, nmse: np.ndarray, run: Phase, payload: float) -> List
         f'first after {reached[0]} samples ({t[reached[0]]:.1f} s): met' if reached.size
         else 'MISSED (lowest ' + (f'{np.min(settled):.4f})' if settled.size else 'none)')))
     change = run.changes[0][1] if run.changes else None
-    if change is None or not np.any(t >= change):
+    if change is None or not np.any(t >= change) or not np.any(t < change):
         lines.append(f'payload change +{payload:g} kg at {due:g} s: MISSED, not shown (robot '
                      f'time reached {run.robot_s:.1f} s)')
-        lines.append('recovery after the payload change: MISSED, not shown')
+        lines.append('recovery: MISSED, not shown (no payload change in the run)')
     else:
         lines.append(f'payload change +{run.changes[0][0]:g} kg at {change:.2f} s: shown, '
                      f'{int(np.sum(t >= change))} samples scored after it: met')
-        before, after = nmse[t < change], t >= change
-        level = before[-1] if before.size else float('nan')
-        peak_index = np.nonzero(after)[0][np.argmax(nmse[after])]
-        bound = RECOVERY_FACTOR * level
-        back = np.nonzero(after & (np.arange(len(t)) >= peak_index) & (nmse <= bound))[0]
-        if nmse[peak_index] <= bound:
-            recovery, text = 0.0, f'stayed within {RECOVERY_FACTOR:g}x of {level:.4f}'
-        elif back.size:
-            recovery = t[back[0]] - change
-            text = (f'peak {nmse[peak_index]:.4f}, back within {RECOVERY_FACTOR:g}x of '
-                    f'{level:.4f} after {recovery:.1f} s')
-        else:
-            recovery = float('inf')
-            text = (f'peak {nmse[peak_index]:.4f}, not back within {RECOVERY_FACTOR:g}x of '
-                    f'{level:.4f} by the end')
-        lines.append(f'recovery after the payload change (target {RECOVERY_TARGET_S:g} s): '
-                     f'{text}: {_verdict(recovery <= RECOVERY_TARGET_S)}')
+        span = min(RECOVERY_WINDOW_S, change - t[0], t[-1] - change)
+        before = interval_nmse(t, target, prediction, change - span, change)
+        after = interval_nmse(t, target, prediction, change, change + span + 1e-9)
+        peak = np.max(nmse[(t >= change) & (t <= change + span)])
+        lines.append(f'recovery: nMSE {after:.4f} in the {span:.1f} s after the change vs '
+                     f'{before:.4f} before ({after / before:.2f}x, target <= '
+                     f'{RECOVERY_FACTOR:g}x; sliding peak {peak:.4f}): '
+                     f'{_verdict(after <= RECOVERY_FACTOR * before)}')
     lines.append(f'final nMSE: {nmse[-1]:.4f}' if len(nmse) else 'final nMSE: none')
     return lines
 
@@ -440,7 +443,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           args.payload, png, f'dynamics_learner on arm_sim over ROS 2 at {rate:g} Hz: online '
           f'{args.model} inverse dynamics')
     print(f'[4] summary (robot time; the run took {run_wall:.0f} s of wall time)')
-    for line in summary(t, nmse, run, args.payload):
+    for line in summary(t, target, prediction, nmse, run, args.payload):
         print(f'    {line}')
     print(f'    figure: {png}; logs: {args.out}/learner.log, arm_sim.log '
           f'({time.monotonic() - started:.0f} s in all)', flush=True)

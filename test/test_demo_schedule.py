@@ -12,7 +12,7 @@ import pytest
 from robot_dynamics_learning import demo
 
 TARGET_LINES = ('robot time covered:', 'messages scored:', 'prequential nMSE <= 0.03:',
-                'payload change +2 kg at', 'recovery after the payload change')
+                'payload change +2 kg at', 'recovery')
 
 
 def test_sliding_nmse_is_the_windowed_error_over_the_variance_so_far():
@@ -37,7 +37,8 @@ def test_rate_adapts_with_headroom_to_what_the_warmup_scored():
 def test_summary_and_guard_say_what_was_not_shown():
     run = demo.Phase(60.0, 1000.0, robot_s=11.0, ended='wall-clock guard (360 s) hit')
     t = np.arange(1, 11001) * 1e-3
-    lines = demo.summary(t, np.full(t.size, 0.5), run, 2.0)
+    lines = demo.summary(t, np.ones((t.size, 1)), np.zeros((t.size, 1)), np.full(t.size, 0.5),
+                         run, 2.0)
     assert 'robot time covered: 11.0 of 60 s: MISSED' in lines
     assert ('payload change +2 kg at 30 s: MISSED, not shown (robot time reached 11.0 s)'
             in lines)
@@ -61,6 +62,23 @@ def family(pid: int) -> List[int]:
     for member in found:
         found += [child for child, parent in parents.items() if parent == member]
     return found
+
+
+def test_recovery_compares_the_windows_after_and_before_the_change():
+    rng = np.random.default_rng(1)
+    t = np.arange(1, 2001) * 0.01   # 20 s at 100 Hz, payload change at 10 s
+    target = rng.normal(size=(2000, 3))
+    run = demo.Phase(20.0, 100.0, robot_s=20.0, changes=[(2.0, 10.0)])
+    for after_std, expected in ((0.1, 'met'), (0.2, 'MISSED')):
+        prediction = target + rng.normal(size=target.shape) * np.where(t[:, None] < 10.0, 0.1,
+                                                                       after_std)
+        lines = demo.summary(t, target, prediction, demo.sliding_nmse(t, target, prediction),
+                             run, 2.0)
+        line = next(s for s in lines if s.startswith('recovery:'))
+        ratio = float(re.search(r'\((\S+)x, target', line).group(1))
+        assert ratio == pytest.approx((after_std / 0.1) ** 2, rel=0.15), line
+        assert line.endswith(f': {expected}'), line
+        assert 'payload change +2 kg at 10.00 s: shown, 1001 samples scored after it: met' in lines
 
 
 def throttle(processes: List[subprocess.Popen], logs: List[Path], stop: threading.Event,

@@ -125,7 +125,7 @@ def plot_lap(result: Dict[str, object], path: Path) -> Path:
     points = ax_map.scatter(arrays['state'][:, 0], arrays['state'][:, 1], c=speed, s=4,
                             cmap='viridis', label='driven path (colour: speed)')
     fig.colorbar(points, ax=ax_map, label='speed (m/s)')
-    ax_map.legend(loc='upper right', fontsize=8)
+    ax_map.legend(loc='center', fontsize=8)   # inside the oval, clear of the track
     ax_map.set_aspect('equal')
     ax_map.set_xlabel('x (m)')
     ax_map.set_ylabel('y (m)')
