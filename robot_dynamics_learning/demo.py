@@ -387,6 +387,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         rate = args.rate_hz or 1000.0
         candidates = CANDIDATES[0]
+        report: Dict[str, object] = {}
         if args.warmup > 0:
             print(f'[2] warm-up: arm_sim publishes {args.warmup:g} s of robot time at '
                   f'{rate:g} Hz', flush=True)
@@ -400,7 +401,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         f'no message scored ({warmup.ended})')
             if not args.rate_hz:
                 rate = adapt_rate(scored, rate)
-            adapted = [f'arm_sim at {rate:g} Hz'] if rate != 1000.0 else []
+            adapted = [f'arm_sim at {rate:g} Hz'] if rate != (args.rate_hz or 1000.0) else []
             if not args.no_lap:
                 candidates, solves = adapt_candidates()
                 measured += ', MPC solve ' + ', '.join(f'{ms:.0f} ms ({c} candidates)'
@@ -408,9 +409,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if candidates != CANDIDATES[0]:
                     adapted.append(f'lap line search with {candidates} candidates instead of '
                                    f'{CANDIDATES[0]}')
-            print(f'    measured: {measured} -> ' + (
-                'adapting: ' + ', '.join(adapted) if adapted else 'nothing to adapt'),
-                flush=True)
+            report['warmup'] = f'measured: {measured} -> ' + (
+                'adapting: ' + ', '.join(adapted) if adapted else 'nothing to adapt')
+            print(f"    {report['warmup']}", flush=True)
         due = args.duration / 2
         print(f'[3] run: {args.duration:g} s of robot time at {rate:g} Hz, +{args.payload:g} kg '
               f'payload at {due:g} s (wall-clock guard {guard_s:.0f} s)', flush=True)
@@ -443,15 +444,20 @@ def main(argv: Optional[List[str]] = None) -> int:
           args.payload, png, f'dynamics_learner on arm_sim over ROS 2 at {rate:g} Hz: online '
           f'{args.model} inverse dynamics')
     print(f'[4] summary (robot time; the run took {run_wall:.0f} s of wall time)')
-    for line in summary(t, target, prediction, nmse, run, args.payload):
+    report.update(rate_hz=rate, candidates=candidates, robot_s=run.robot_s,
+                  run_wall_s=run_wall, ended=run.ended or 'complete',
+                  targets=summary(t, target, prediction, nmse, run, args.payload))
+    for line in report['targets']:
         print(f'    {line}')
     print(f'    figure: {png}; logs: {args.out}/learner.log, arm_sim.log '
           f'({time.monotonic() - started:.0f} s in all)', flush=True)
     if not args.no_lap:
         from robot_dynamics_learning.control import demo_lap
         print(f'[5] RC car: one MPC lap ({candidates} line-search candidates)', flush=True)
-        for line in lap_summary(demo_lap.run(args.out, candidates)):
+        report['lap'] = lap_summary(demo_lap.run(args.out, candidates))
+        for line in report['lap']:
             print(f'    {line}')
+    (args.out / 'demo_summary.json').write_text(json.dumps(report, indent=2))
     return 0
 
 

@@ -1,4 +1,5 @@
 """`make demo` on robot time: a slow publisher still shows the payload change and the summary."""
+import json
 import os
 from pathlib import Path
 import re
@@ -145,3 +146,5 @@ def test_slow_publisher_still_shows_the_payload_change_and_every_target(tmp_path
     assert re.search(r'payload change \+2 kg at 1\.50 s: shown, \d+ samples scored after it: '
                      r'met', out), out
     assert (tmp_path / 'continual_demo.png').stat().st_size > 0
+    report = json.loads((tmp_path / 'demo_summary.json').read_text())
+    assert report['rate_hz'] == 1000.0 and report['ended'] == 'complete'
