@@ -4,22 +4,23 @@
 The schedule runs on robot time (the stamps of the joint states), not on the wall clock, so
 a slow or busy computer shows the same story, only slower:
 
-1. dynamics_learner (hybrid: URDF + online payload + LSTM, trained continually) starts as
-   its own process; its start-up, however long, is not part of the run.
-2. Warm-up: arm_sim (the 7-DoF Franka Panda with friction, elastic joints and sensor noise)
-   publishes --warmup s of robot time at 1 kHz. The demo measures the messages per second
-   the learner scores and the MPC solve time, and says in one line what it adapts: a lower
-   publish rate when the computer cannot score 1 kHz (so the learner sees every sample,
-   close to real time), fewer line-search candidates when a lap's MPC solve would miss the
-   car node's 50 ms budget.
-3. The run: arm_sim publishes --duration s of robot time (default 60); from half of it the
-   flange carries --payload kg, and the learner is not told. A live line shows robot time,
-   message rate and the prequential error (each sample predicted before it is trained on).
-   The run ends when the learner has scored the last robot second; a wall-clock guard
-   (--guard-s) ends it earlier and then says what was and was not shown.
-4. Summary: every target, met or missed, with its number; out/demo/continual_demo.png
+1. Warm-up: dynamics_learner (hybrid: URDF + online payload + LSTM, trained continually)
+   and arm_sim (the 7-DoF Franka Panda with friction, elastic joints and sensor noise) run
+   --warmup s of robot time at 1 kHz. Start-up, however long, is not part of any run. The
+   demo measures the messages per second the learner scores and the MPC solve time, and
+   says in one line what it adapts: a lower publish rate when the computer cannot score
+   1 kHz (so the learner sees every sample, close to real time; the learner's settings
+   counted in samples are scaled to keep their robot time), fewer line-search candidates
+   when a lap's MPC solve would miss the car node's 50 ms budget.
+2. The run: a fresh learner (set for the run's rate), then arm_sim publishes --duration s of
+   robot time (default 60); from half of it the flange carries --payload kg, and the learner
+   is not told. A live line shows robot time, message rate and the prequential error (each
+   sample predicted before it is trained on). The run ends when the learner has scored the
+   last robot second; a wall-clock guard (--guard-s) ends it earlier and then says what was
+   and was not shown.
+3. Summary: every target, met or MISSED, with its number; out/demo/continual_demo.png
    (predicted vs measured torque, the error over robot time, the payload change marked).
-5. The RC-car lap of `robot_dynamics_learning.control.demo_lap.run` (car_lap.png).
+4. The RC-car lap of `robot_dynamics_learning.control.demo_lap.run` (car_lap.png).
 
 Progress comes from the learner's `status_path` JSON (its diagnostics and the newest stamp
 it accepted), the data from its `record_path` .npz, and from arm_sim's log only the stamp
@@ -167,6 +168,25 @@ def adapt_rate(scored_per_s: float, requested_hz: float) -> float:
         return requested_hz
     fitting = [rate for rate in RATES_HZ if rate <= min(0.8 * scored_per_s, requested_hz)]
     return fitting[0] if fitting else RATES_HZ[-1]
+
+
+def learner_params(model: str, rate_hz: float) -> Dict[str, object]:
+    """
+    Return the learner's settings counted in samples, scaled from their 1 kHz defaults.
+
+    So they mean the same robot time at a lower publish rate: 50 updates per robot second
+    (updates_per_sample 0.05 at 1 kHz), a 1 s warm-up, 20 s of recent samples, a 5 s
+    prequential window and, for the hybrid, the payload estimate moving after 10 s.
+    """
+    scale = rate_hz / 1000.0
+    params: Dict[str, object] = {
+        'updates_per_sample': min(0.05 / scale, 10.0),
+        'warmup_samples': max(int(1000 * scale), 50),
+        'recent_capacity': max(int(20000 * scale), 1000),
+        'prequential_window': max(int(5000 * scale), 50)}
+    if model == 'hybrid':   # quoted: a bare {...} would be read as a YAML mapping
+        params['model_config'] = f"'{json.dumps({'payload_start_after': int(10000 * scale)})}'"
+    return params
 
 
 def adapt_candidates() -> Tuple[int, Dict[int, float]]:
@@ -355,53 +375,66 @@ def main(argv: Optional[List[str]] = None) -> int:
     shutil.rmtree(args.out / 'checkpoints', ignore_errors=True)
     guard_s = args.guard_s or 5.0 * args.duration + 60.0
     started = time.monotonic()
-    print(f'[1] starting dynamics_learner ({args.model}) ...', flush=True)
-    learner_lines: List[str] = []
-    learner = start_node_process('dynamics_learner', ros_args({
-        'model': args.model, 'urdf': args.urdf, 'record_path': str(record_path),
-        'status_path': str(status_path), 'diagnostics_period_s': 0.5,
-        'checkpoint_dir': str(args.out / 'checkpoints'), 'resume': False}),
-        stdout=subprocess.PIPE)
-    followers = [_follow(learner, args.out / 'learner.log', learner_lines)]
-    sims: List[subprocess.Popen] = []
-    try:
-        while read_status(status_path) is None:   # written once it spins, subscribed
-            if learner.poll() is not None or time.monotonic() - started > args.startup_guard_s:
+    processes: List[subprocess.Popen] = []
+    followers: List[threading.Thread] = []
+
+    def start(executable: str, log: str, params: Dict[str, object]
+              ) -> Tuple[subprocess.Popen, List[str]]:
+        lines: List[str] = []
+        process = start_node_process(executable, ros_args(params), stdout=subprocess.PIPE)
+        processes.append(process)
+        followers.append(_follow(process, args.out / log, lines))
+        return process, lines
+
+    def start_learner(log: str, status: Path, rate: float, record: bool) -> bool:
+        """Start a learner for `rate` and wait until it spins; False if it did not start."""
+        status.unlink(missing_ok=True)
+        begin = time.monotonic()
+        learner, _ = start('dynamics_learner', log, {
+            'model': args.model, 'urdf': args.urdf, 'status_path': str(status),
+            'record_path': str(record_path) if record else '', 'diagnostics_period_s': 0.5,
+            'checkpoint_dir': str(args.out / 'checkpoints'), 'resume': False,
+            **learner_params(args.model, rate)})
+        while read_status(status) is None:   # written once it spins, subscribed
+            if learner.poll() is not None or time.monotonic() - begin > args.startup_guard_s:
                 print(f'    the learner did not start within {args.startup_guard_s:.0f} s: '
-                      f'nothing shown; see {args.out / "learner.log"}')
-                return 1
+                      f'nothing shown; see {args.out / log}')
+                return False
             time.sleep(0.25)
-        print(f'    ready after {time.monotonic() - started:.0f} s (not part of the run)',
+        print(f'    learner ready after {time.monotonic() - begin:.0f} s (not part of the run)',
               flush=True)
+        return True
 
-        def start_sim(name: str, duration: float, rate: float,
-                      schedule: List[float]) -> Tuple[subprocess.Popen, List[str]]:
-            lines: List[str] = []
-            params = {'duration_s': duration, 'urdf': args.urdf, 'rate_hz': rate}
-            if schedule:   # an empty list has no type: the parameter stays unset
-                params['payload_schedule'] = schedule
-            sim = start_node_process('arm_sim', ros_args(params), stdout=subprocess.PIPE)
-            sims.append(sim)
-            followers.append(_follow(sim, args.out / f'{name}.log', lines))
-            return sim, lines
+    def start_sim(log: str, duration: float, rate: float,
+                  schedule: List[float]) -> Tuple[subprocess.Popen, List[str]]:
+        params = {'duration_s': duration, 'urdf': args.urdf, 'rate_hz': rate}
+        if schedule:   # an empty list has no type: the parameter stays unset
+            params['payload_schedule'] = schedule
+        return start('arm_sim', log, params)
 
+    try:
         rate = args.rate_hz or 1000.0
         candidates = CANDIDATES[0]
         report: Dict[str, object] = {}
         if args.warmup > 0:
-            print(f'[2] warm-up: arm_sim publishes {args.warmup:g} s of robot time at '
-                  f'{rate:g} Hz', flush=True)
-            sim, lines = start_sim('arm_sim_warmup', args.warmup, rate, [])
-            warmup = follow_phase(Phase(args.warmup, rate), sim, lines, status_path, guard_s,
+            print(f'[1] warm-up: dynamics_learner ({args.model}) and arm_sim, {args.warmup:g} s '
+                  f'of robot time at {rate:g} Hz', flush=True)
+            warm_status = args.out / 'learner_warmup_status.json'
+            if not start_learner('learner_warmup.log', warm_status, rate, record=False):
+                return 1
+            sim, lines = start_sim('arm_sim_warmup.log', args.warmup, rate, [])
+            warmup = follow_phase(Phase(args.warmup, rate), sim, lines, warm_status, guard_s,
                                   live=False)
-            stop_process(sim)
+            for process in processes:   # the run starts afresh, set for its own rate
+                stop_process(process)
             scored, factor = warmup.rates()
             measured = (f'{scored:.0f} messages/s scored of {rate:g} (robot time at '
                         f'{factor:.2f}x wall time)' if warmup.last else
                         f'no message scored ({warmup.ended})')
             if not args.rate_hz:
                 rate = adapt_rate(scored, rate)
-            adapted = [f'arm_sim at {rate:g} Hz'] if rate != (args.rate_hz or 1000.0) else []
+            adapted = ([f"arm_sim at {rate:g} Hz, the learner's sample counts scaled to it"]
+                       if rate != (args.rate_hz or 1000.0) else [])
             if not args.no_lap:
                 candidates, solves = adapt_candidates()
                 measured += ', MPC solve ' + ', '.join(f'{ms:.0f} ms ({c} candidates)'
@@ -413,17 +446,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'adapting: ' + ', '.join(adapted) if adapted else 'nothing to adapt')
             print(f"    {report['warmup']}", flush=True)
         due = args.duration / 2
-        print(f'[3] run: {args.duration:g} s of robot time at {rate:g} Hz, +{args.payload:g} kg '
+        print(f'[2] run: {args.duration:g} s of robot time at {rate:g} Hz, +{args.payload:g} kg '
               f'payload at {due:g} s (wall-clock guard {guard_s:.0f} s)', flush=True)
+        if not start_learner('learner.log', status_path, rate, record=True):
+            return 1
         print('    robot time | wall time | messages/s | samples | updates | prequential nMSE '
               '| callback latency p50/p99', flush=True)
         run_started = time.monotonic()
-        sim, lines = start_sim('arm_sim', args.duration, rate, [due, args.payload])
+        sim, lines = start_sim('arm_sim.log', args.duration, rate, [due, args.payload])
         run = follow_phase(Phase(args.duration, rate), sim, lines, status_path, guard_s,
                            live=True)
         run_wall = time.monotonic() - run_started
     finally:
-        for process in sims + [learner]:
+        for process in processes:
             stop_process(process)
         for follower in followers:
             follower.join(timeout=5)
@@ -434,7 +469,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f'no record of the run; see {args.out}/learner.log, arm_sim.log')
         return 1
     record = dict(np.load(record_path))
-    keep = record['time'] >= run.origin_ns * 1e-9   # the run, not the warm-up
+    keep = record['time'] >= run.origin_ns * 1e-9
     t = record['time'][keep] - run.origin_ns * 1e-9
     target, prediction = record['target'][keep], record['prediction'][keep]
     nmse = sliding_nmse(t, target, prediction)
@@ -443,9 +478,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     _plot(t, target, prediction, nmse, [str(n) for n in record['names']], change,
           args.payload, png, f'dynamics_learner on arm_sim over ROS 2 at {rate:g} Hz: online '
           f'{args.model} inverse dynamics')
-    print(f'[4] summary (robot time; the run took {run_wall:.0f} s of wall time)')
+    scored, factor = run.rates()
+    print(f'[3] summary (robot time; the run took {run_wall:.0f} s of wall time with start-up, '
+          f'robot time went at {factor:.2f}x wall time once published, {scored:.0f} messages/s '
+          'scored)')
     report.update(rate_hz=rate, candidates=candidates, robot_s=run.robot_s,
-                  run_wall_s=run_wall, ended=run.ended or 'complete',
+                  run_wall_s=run_wall, robot_per_wall_s=factor, scored_per_s=scored,
+                  ended=run.ended or 'complete',
                   targets=summary(t, target, prediction, nmse, run, args.payload))
     for line in report['targets']:
         print(f'    {line}')
@@ -453,7 +492,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           f'({time.monotonic() - started:.0f} s in all)', flush=True)
     if not args.no_lap:
         from robot_dynamics_learning.control import demo_lap
-        print(f'[5] RC car: one MPC lap ({candidates} line-search candidates)', flush=True)
+        print(f'[4] RC car: one MPC lap ({candidates} line-search candidates)', flush=True)
         report['lap'] = lap_summary(demo_lap.run(args.out, candidates))
         for line in report['lap']:
             print(f'    {line}')
