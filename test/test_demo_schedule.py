@@ -62,6 +62,42 @@ def test_summary_and_guard_say_what_was_not_shown():
     assert 'the last 49.0 s of robot time' in missing
 
 
+def feed(status: Path, origin_ns: int, robot_s: List[float], period_s: float) -> None:
+    """Write a learner status file whose newest stamp walks through robot_s (a slow stream)."""
+    for k, t in enumerate(robot_s):
+        status.write_text(json.dumps({'messages_accepted': 100 * k,
+                                      'last_stamp_ns': origin_ns + int(t * 1e9)}))
+        threading.Event().wait(period_s)
+
+
+@pytest.mark.parametrize('guard_s, complete', [(30.0, True), (0.6, False)])
+def test_phase_follows_stamps_not_the_wall_clock(tmp_path, guard_s, complete):
+    # Robot time at half the wall clock's pace at first, then faster: the phase ends on robot time
+    # (3 s) however long that takes, or at the guard, which says how far it got.
+    origin = 1_700_000_000_000_000_000
+    status = tmp_path / 'status.json'
+    sim = subprocess.Popen(['sleep', '60'])   # a simulator that stays up, as arm_sim does
+    writer = threading.Thread(target=feed, args=(status, origin, [
+        0.05 * k for k in range(20)] + [1.0 + 0.5 * k for k in range(5)], 0.1), daemon=True)
+    writer.start()
+    try:
+        phase = demo.follow_phase(demo.Phase(3.0, 1000.0), sim, [
+            f'[arm_sim]: stamp origin {origin} ns (stamp = origin + simulated time)',
+            '[arm_sim]: scripted payload change to 2.0 kg at 1.50 s'], status, guard_s,
+            live=False)
+    finally:
+        sim.kill()
+        sim.wait()
+        writer.join()
+    assert phase.complete is complete and phase.guard_hit is not complete
+    assert phase.changes == [(2.0, 1.5)]
+    if complete:
+        assert phase.robot_s == pytest.approx(3.0) and phase.ended == ''
+    else:
+        assert 0.0 < phase.robot_s < 3.0
+        assert phase.ended == 'wall-clock guard (1 s) hit'
+
+
 def family(pid: int) -> List[int]:
     """Return pid and its descendants (the node and its physics process), from /proc."""
     parents = {}
