@@ -24,6 +24,32 @@ DEFAULT_MODEL = ROOT / 'config' / 'models' / 'car_mlp_sim.pt'
 DEFAULT_TRACK = ROOT / 'config' / 'tracks' / 'oval.yaml'
 
 
+def build_mpc(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK,
+              target_speed: float = 1.5, iterations: int = 3,
+              candidates: int = 512) -> TrackMPC:
+    """Return the lap's MPC (one torch thread; budget 10 s: solve time is not simulated)."""
+    torch.set_num_threads(1)
+    return TrackMPC(load_car_model(Path(model_path)), Track(load_track_spec(Path(track_path))),
+                    MPCConfig(target_speed=target_speed, budget_s=10.0),
+                    LineSearchOptimizer(OptimizerConfig(iterations=iterations,
+                                                        candidates=candidates)))
+
+
+def solve_ms(candidates: int = 512, solves: int = 3) -> float:
+    """
+    Return the median wall time (ms) of `solves` MPC ticks at the lap's start, as in the lap.
+
+    The first tick (cold: allocations, no warm start) is not counted. `make demo` calls this
+    before the lap to choose `candidates` on a slow or busy computer.
+    """
+    mpc = build_mpc(candidates=candidates)
+    state = np.zeros(6)
+    state[:3] = mpc.track.pose_at(0.0)
+    state[3] = 1.0
+    times = [mpc.solve(state).seconds for _ in range(solves + 1)][1:]
+    return float(np.median(times) * 1e3)
+
+
 def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK,
                laps: float = 1.0, target_speed: float = 1.5, iterations: int = 3,
                candidates: int = 512, seed: int = 0, max_time_s: float = 60.0,
@@ -34,12 +60,8 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
     The simulator runs at 240 Hz with mocap at every step; the MPC ticks every model step h
     on the estimator's state (solve time is not simulated: the control loop is ideal).
     """
-    torch.set_num_threads(1)
-    model = load_car_model(Path(model_path))
-    track = Track(load_track_spec(Path(track_path)))
-    mpc = TrackMPC(model, track, MPCConfig(target_speed=target_speed, budget_s=10.0),
-                   LineSearchOptimizer(OptimizerConfig(iterations=iterations,
-                                                       candidates=candidates)))
+    mpc = build_mpc(model_path, track_path, target_speed, iterations, candidates)
+    model, track = mpc.model, mpc.track
     noise = noise or MocapNoise()
     rng = np.random.default_rng(seed)
     params = CarParams(dt=1.0 / noise.rate_hz)
@@ -95,12 +117,15 @@ def plot_lap(result: Dict[str, object], path: Path) -> Path:
     normal = np.stack([-track.tangents[:, 1], track.tangents[:, 0]], axis=1)
     for side in (-1.0, 1.0):
         edge = track.points + side * track.half_width * normal
-        ax_map.plot(*np.vstack([edge, edge[:1]]).T, 'k-', lw=1)
-    ax_map.plot(*np.vstack([track.points, track.points[:1]]).T, 'k:', lw=0.7)
+        ax_map.plot(*np.vstack([edge, edge[:1]]).T, 'k-', lw=1,
+                    label=f'track bounds (+-{track.half_width:.2f} m)' if side > 0 else None)
+    ax_map.plot(*np.vstack([track.points, track.points[:1]]).T, 'k:', lw=0.7,
+                label='centre line')
     speed = np.hypot(arrays['state'][:, 3], arrays['state'][:, 4])
     points = ax_map.scatter(arrays['state'][:, 0], arrays['state'][:, 1], c=speed, s=4,
-                            cmap='viridis')
+                            cmap='viridis', label='driven path (colour: speed)')
     fig.colorbar(points, ax=ax_map, label='speed (m/s)')
+    ax_map.legend(loc='center', fontsize=8)   # inside the oval, clear of the track
     ax_map.set_aspect('equal')
     ax_map.set_xlabel('x (m)')
     ax_map.set_ylabel('y (m)')
@@ -118,13 +143,18 @@ def plot_lap(result: Dict[str, object], path: Path) -> Path:
     return path
 
 
-def run(out_dir: Path) -> dict:
-    """Drive one lap, save car_lap.png and car_lap.json in out_dir, return the metrics."""
+def run(out_dir: Path, candidates: int = 512) -> dict:
+    """
+    Drive one lap, save car_lap.png and car_lap.json in out_dir, return the metrics.
+
+    candidates: line-search candidates per MPC iteration (fewer: a faster lap in wall time
+    on a slow computer; the metrics include the number used).
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = drive_laps()
+    result = drive_laps(candidates=candidates)
     plot_lap(result, out_dir / 'car_lap.png')
     metrics = {k: v for k, v in result.items() if k not in ('arrays', 'track')}
-    metrics['plot'] = str(out_dir / 'car_lap.png')
+    metrics.update(plot=str(out_dir / 'car_lap.png'), candidates=candidates)
     (out_dir / 'car_lap.json').write_text(json.dumps(metrics, indent=2))
     return metrics

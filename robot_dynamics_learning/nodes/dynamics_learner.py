@@ -18,6 +18,8 @@ trainer thread to hand the GIL over.
 """
 import functools
 import json
+import os
+from pathlib import Path
 import time
 from typing import List, Optional
 
@@ -174,6 +176,9 @@ class DynamicsLearnerNode(Node):
         declare('record_path', '', 'write the newest record_max_samples (stamp, measured '
                 'torque, prediction, prequential nMSE) to this .npz at shutdown; empty: off')
         declare('record_max_samples', 200000, 'samples kept for record_path', 1, 100_000_000)
+        declare('status_path', '', 'also write the diagnostics (and last_stamp_ns, the newest '
+                'accepted stamp) to this JSON file every diagnostics period, replaced '
+                'atomically: progress for a ROS-free supervisor such as the demo; empty: off')
 
     def _build(self, names: List[str]) -> None:
         """Create model, learner and checkpoint folder once the joint names are known."""
@@ -327,12 +332,21 @@ class DynamicsLearnerNode(Node):
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(array)
+        if self.get_parameter('status_path').value:
+            self._write_status(values)
         self.get_logger().info(
             f"{self.parser.counter.summary()}; samples {values.get('samples', 0)}, "
             f"steps {values.get('train_steps', 0)}, loss {values.get('training_loss', 0):.4g}, "
             f"prequential nMSE {values.get('prequential_nmse', float('nan')):.4g}, "
             f"latency p50 {values['latency_p50_ms']:.3f} ms p99 {values['latency_p99_ms']:.3f}"
             ' ms')
+
+    def _write_status(self, values: dict) -> None:
+        path = Path(self.get_parameter('status_path').value)
+        partial = path.with_name(path.name + '.partial')
+        partial.write_text(json.dumps({**values, 'last_stamp_ns': self.parser.stamps.last_ns},
+                                      default=float))   # numpy scalars
+        os.replace(partial, path)   # a reader never sees half a file
 
     def destroy_node(self) -> None:
         """Stop training and write a last checkpoint before the node goes."""
