@@ -15,13 +15,13 @@ from robot_dynamics_learning.control.car_training import load_car_model
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
 from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
 from robot_dynamics_learning.control.track import load_track_spec, Track
+from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.mocap import MocapEstimator
 from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = ROOT / 'config' / 'models' / 'car_mlp_sim.pt'
-DEFAULT_TRACK = ROOT / 'config' / 'tracks' / 'oval.yaml'
+DEFAULT_MODEL = resource('config/models/car_mlp_sim.pt')
+DEFAULT_TRACK = resource('config/tracks/oval.yaml')
 
 
 def build_mpc(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK,
