@@ -1,12 +1,9 @@
 """Static checks shared by the launch-file tests: what setup.py installs, what launches name."""
 import ast
 from glob import glob
-import importlib.util
 from pathlib import Path
 import re
 from typing import List, Set
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = 'robot_dynamics_learning'
@@ -46,13 +43,3 @@ def keywords(path: str, keyword: str) -> list:
     tree = ast.parse((ROOT / path).read_text())
     return [kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
             for kw in node.keywords if kw.arg == keyword and isinstance(kw.value, ast.Constant)]
-
-
-def load_launch_description(path: str):
-    """Import a launch file and build its description; skip where launch is not importable."""
-    pytest.importorskip('launch')
-    pytest.importorskip('launch_ros')
-    spec = importlib.util.spec_from_file_location('launch_under_test', ROOT / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.generate_launch_description()

@@ -12,6 +12,7 @@ from robot_dynamics_learning.control.car_training import build_car_model
 from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
                                                    progress_cost, regularizer, target_cost)
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
+from robot_dynamics_learning.control.nlp import IpoptConfig, IpoptOptimizer, make_optimizer
 from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
 from robot_dynamics_learning.control.refine import refine_on_scenarios, REST_S, scenario_drives
 from robot_dynamics_learning.control.scenarios import SCENARIOS
@@ -163,14 +164,68 @@ def fast_mpc():
     return mpc
 
 
-@pytest.mark.parametrize('solver', ['mpc', 'fast_mpc'])
+@pytest.fixture(scope='module')
+def ipopt_mpc():
+    torch.manual_seed(0)
+    config = MPCConfig(throttle_limits=(0.0, 0.8), steering_limits=(-0.7, 0.7),
+                       budget_s=10.0)
+    return TrackMPC(build_car_model('car_mlp'), Track(load_track_spec(OVAL)), config,
+                    IpoptOptimizer(config.horizon, IpoptConfig(iterations=3)))
+
+
+@pytest.mark.parametrize('solver', ['mpc', 'fast_mpc', 'ipopt_mpc'])
 @settings(max_examples=40, deadline=None)
 @given(state=st.lists(anything, min_size=6, max_size=6))
 def test_mpc_command_is_always_finite_and_within_limits(request, solver, state):
-    mpc = request.getfixturevalue(solver)  # bicycle via autograd, and the fused MLP path
+    # bicycle via autograd, the fused MLP path, and IPOPT on the fused MLP's closures
+    mpc = request.getfixturevalue(solver)
     result = mpc.solve(np.array(state))
     assert result.command.shape == (2,)
     assert mpc.config.within_limits(result.command)
+
+
+def test_ipopt_descends_a_quadratic_within_box_bounds():
+    target = torch.tensor([[2.0, -0.5], [0.3, 0.1], [-3.0, 0.0]])
+
+    def cost(u):
+        return ((u - target) ** 2).sum((1, 2))
+    optimizer = IpoptOptimizer(3, IpoptConfig(iterations=30))
+    u, info = optimizer.optimize(cost, torch.zeros(3, 2),
+                                 bounds=(torch.tensor([-1.0, -1.0]), torch.tensor([1.0, 1.0])))
+    expected = target.clamp(-1.0, 1.0)   # the box-constrained optimum
+    assert torch.allclose(u, expected, atol=1e-4) and info.cost < info.initial_cost
+    assert info.converged
+
+
+def test_ipopt_plans_forward_and_never_returns_worse_than_its_start(ipopt_mpc):
+    ipopt_mpc.reset()
+    x, y, yaw = ipopt_mpc.track.pose_at(0.0)
+    state = np.array([x, y, yaw, 1.0, 0.0, 0.0])
+    result = ipopt_mpc.solve(state)
+    assert result.ok and result.command[0] > 0.0
+    assert ipopt_mpc.config.within_limits(result.command)
+    cost_fn, grad_fn, _ = ipopt_mpc.fast_closures(state)
+    start = ipopt_mpc.warm_start()
+    _, info = ipopt_mpc.optimizer.optimize(cost_fn, start, grad_fn=grad_fn,
+                                           bounds=(ipopt_mpc.lower, ipopt_mpc.upper))
+    assert info.cost <= info.initial_cost
+
+
+def test_ipopt_stops_at_the_deadline_and_reports_non_finite_costs():
+    def slow_cost(u):
+        time.sleep(0.02)
+        return (u ** 2).sum((1, 2))
+    optimizer = IpoptOptimizer(3, IpoptConfig(iterations=200))
+    _, info = optimizer.optimize(slow_cost, torch.ones(3, 2),
+                                 deadline=time.perf_counter() + 0.1)
+    assert info.seconds < 0.5 and not info.converged
+    with pytest.raises(ValueError, match='not finite'):
+        optimizer.optimize(lambda u: u.sum((1, 2)) * math.nan, torch.zeros(3, 2))
+
+
+def test_unknown_solver_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown MPC solver 'sqp'"):
+        make_optimizer('sqp', 20, 3)
 
 
 def test_optimiser_skips_an_iteration_that_would_miss_the_deadline():

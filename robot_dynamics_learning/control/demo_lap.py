@@ -13,7 +13,7 @@ from typing import Dict, Optional
 import numpy as np
 from robot_dynamics_learning.control.car_training import load_car_model
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
-from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.control.nlp import make_optimizer
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.mocap import MocapEstimator
@@ -22,17 +22,18 @@ import torch
 
 DEFAULT_MODEL = resource('config/models/car_mlp_sim.pt')
 DEFAULT_TRACK = resource('config/tracks/oval.yaml')
+DEFAULT_SOLVER = 'line_search'   # the car_mpc node's default (config/car.yaml)
 
 
 def build_mpc(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK,
               target_speed: float = 1.5, iterations: int = 3,
-              candidates: int = 512) -> TrackMPC:
-    """Return the lap's MPC (one torch thread; budget 10 s: solve time is not simulated)."""
+              candidates: int = 512, solver: str = DEFAULT_SOLVER,
+              budget_s: float = 10.0) -> TrackMPC:
+    """Return the lap's MPC (one torch thread; default budget 10 s: solve time not simulated)."""
     torch.set_num_threads(1)
     return TrackMPC(load_car_model(Path(model_path)), Track(load_track_spec(Path(track_path))),
-                    MPCConfig(target_speed=target_speed, budget_s=10.0),
-                    LineSearchOptimizer(OptimizerConfig(iterations=iterations,
-                                                        candidates=candidates)))
+                    MPCConfig(target_speed=target_speed, budget_s=budget_s),
+                    make_optimizer(solver, MPCConfig.horizon, iterations, candidates))
 
 
 def solve_ms(candidates: int = 512, solves: int = 3) -> float:
@@ -53,14 +54,18 @@ def solve_ms(candidates: int = 512, solves: int = 3) -> float:
 def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK,
                laps: float = 1.0, target_speed: float = 1.5, iterations: int = 3,
                candidates: int = 512, seed: int = 0, max_time_s: float = 60.0,
-               noise: Optional[MocapNoise] = None) -> Dict[str, object]:
+               noise: Optional[MocapNoise] = None, solver: str = DEFAULT_SOLVER,
+               budget_s: Optional[float] = None) -> Dict[str, object]:
     """
     Drive `laps` laps in simulated time; return metrics and the logged arrays.
 
     The simulator runs at 240 Hz with mocap at every step; the MPC ticks every model step h
-    on the estimator's state (solve time is not simulated: the control loop is ideal).
+    on the estimator's state. Solve time is not simulated (the control loop is ideal) unless
+    `budget_s` is given: then, as car_mpc does, a tick whose solve took longer sends the
+    brake command (counted in `budget_misses`).
     """
-    mpc = build_mpc(model_path, track_path, target_speed, iterations, candidates)
+    mpc = build_mpc(model_path, track_path, target_speed, iterations, candidates, solver,
+                    10.0 if budget_s is None else budget_s)
     model, track = mpc.model, mpc.track
     noise = noise or MocapNoise()
     rng = np.random.default_rng(seed)
@@ -77,7 +82,7 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
         estimate = estimator.estimate()
         if estimate is not None:
             result = mpc.solve(estimate.state)
-            command = result.command
+            command = result.command if result.ok else mpc.brake
             log['solve_s'].append(result.seconds)
             log['iterations'].append(result.iterations)
         for _ in range(substeps):
@@ -102,6 +107,8 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
         'max_lateral_m': float(lateral.max()), 'half_width_m': track.half_width,
         'left_track': bool(lateral.max() > track.half_width),
         'mean_speed_mps': float(np.mean(np.hypot(arrays['state'][:, 3], arrays['state'][:, 4]))),
+        'budget_misses': int(np.sum(arrays['solve_s'] > mpc.config.budget_s)),
+        'ticks': int(len(arrays['solve_s'])), 'solver': solver,
         'solve_ms_p50': float(np.percentile(arrays['solve_s'], 50) * 1e3),
         'solve_ms_p99': float(np.percentile(arrays['solve_s'], 99) * 1e3),
         'arrays': arrays, 'track': track}

@@ -4,7 +4,9 @@ Receding-horizon MPC around a race track through a learned car model (seed 003, 
 Each tick: warm start from the previous plan shifted by one step, optimise the H-step
 controls with `LineSearchOptimizer` on progress, speed, track-excursion, regulariser and
 limit-barrier costs evaluated through the model's rollout, and return the first command
-clipped to the hard limits. With the seed's MLP (`CarMLP`) the solver runs the fast path:
+clipped to the hard limits. Any `Optimizer` may replace the line search: IPOPT through
+CasADi (`control/nlp.py`, `solver: ipopt` in car_mpc) optimises the same closures. With
+the seed's MLP (`CarMLP`) the solver runs the fast path:
 `FusedRollout` evaluates the 512 line-search candidates without autograd in reused buffers
 and gives the gradient by its hand-written reverse pass, the track costs by theirs
 (`_track_cost_grad`; autograd only through the projection, at batch 1); other models,
@@ -23,7 +25,8 @@ import numpy as np
 from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
                                                    limit_barrier_grad, progress_cost,
                                                    regularizer, regularizer_grad)
-from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.control.optimizer import (LineSearchOptimizer, Optimizer,
+                                                       OptimizerConfig)
 from robot_dynamics_learning.control.track import Track
 from robot_dynamics_learning.models.car_common import CarModel, integrate_poses
 from robot_dynamics_learning.models.car_mlp import CarMLP, FusedRollout
@@ -135,7 +138,7 @@ class TrackMPC:
     """Receding-horizon controller for one car on one track; build once, call `solve`."""
 
     def __init__(self, model: CarModel, track: Track, config: MPCConfig = MPCConfig(),
-                 optimizer: Optional[LineSearchOptimizer] = None) -> None:
+                 optimizer: Optional[Optimizer] = None) -> None:
         self.model = model.eval()
         for parameter in self.model.parameters():
             parameter.requires_grad_(False)
@@ -384,7 +387,8 @@ class TrackMPC:
                 cost_fn, grad_fn, predict_fn = self.cost_closure(state), None, self._rollout(state)
             plan, info = self.optimizer.optimize(cost_fn, self.warm_start(), iterations,
                                                  deadline=start + 0.7 * budget,
-                                                 grad_fn=grad_fn)
+                                                 grad_fn=grad_fn,
+                                                 bounds=(self.lower, self.upper))
             with torch.no_grad():
                 predicted = predict_fn(plan)
         except ValueError as error:

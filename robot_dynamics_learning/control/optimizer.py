@@ -16,7 +16,7 @@ Deviation from the seed: the direction d is the gradient scaled to a largest ent
 from dataclasses import dataclass
 import math
 import time
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Protocol, Tuple
 
 import torch
 
@@ -64,6 +64,17 @@ class OptimizeInfo(NamedTuple):
     seconds: float
 
 
+class Optimizer(Protocol):
+    """What the MPC needs of a solver: `LineSearchOptimizer` and `nlp.IpoptOptimizer`."""
+
+    def optimize(self, cost_fn: CostFn, u_init: torch.Tensor,
+                 iterations: Optional[int] = None, deadline: Optional[float] = None,
+                 grad_fn: Optional[GradFn] = None,
+                 bounds: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+                 ) -> Tuple[torch.Tensor, OptimizeInfo]:
+        """Minimise cost_fn from (H, m) u_init; return the controls and what happened."""
+
+
 class LineSearchOptimizer:
     """Batched line-search gradient descent; the step sizes are built once in __init__."""
 
@@ -75,7 +86,8 @@ class LineSearchOptimizer:
 
     def optimize(self, cost_fn: CostFn, u_init: torch.Tensor,
                  iterations: Optional[int] = None,
-                 deadline: Optional[float] = None, grad_fn: Optional[GradFn] = None
+                 deadline: Optional[float] = None, grad_fn: Optional[GradFn] = None,
+                 bounds: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
                  ) -> Tuple[torch.Tensor, OptimizeInfo]:
         """
         Minimise cost_fn from (H, m) u_init; return the best (H, m) controls and info.
@@ -85,7 +97,9 @@ class LineSearchOptimizer:
 
         deadline (time.perf_counter() seconds), when given, skips an iteration that would end
         after it, judged by the slowest one so far (at least one always runs). A non-finite
-        cost or gradient is a ValueError.
+        cost or gradient is a ValueError. bounds (control limits) are not used here: seed
+        003's limit barrier in the cost keeps the plan inside, and the MPC clips its output
+        (`IpoptOptimizer` takes them as box constraints).
         """
         start = time.perf_counter()
         count = self.config.iterations if iterations is None else iterations

@@ -32,7 +32,7 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.car_training import load_car_model
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
-from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.control.nlp import make_optimizer, SOLVERS
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
@@ -61,8 +61,12 @@ class CarMPCNode(Node):
                 1.0, 200.0)
         declare('horizon', 20, 'optimised steps', 2, 200)
         declare('target_speed', 1.5, 'speed along the track (m/s)', 0.05, 10.0)
-        declare('iterations', 3, 'gradient iterations per tick', 1, 100)
-        declare('candidates', 512, 'line-search step sizes per iteration', 1, 4096)
+        declare('solver', 'line_search', f'trajectory optimiser: {list(SOLVERS)} (line_search: '
+                'seed 003, gradient step + batched line search; ipopt: IPOPT via CasADi on the '
+                'same cost, docs/results_car.md compares them)')
+        declare('iterations', 3, 'solver iterations per tick', 1, 100)
+        declare('candidates', 512, 'line-search step sizes per iteration (line_search)', 1,
+                4096)
         declare('budget_s', 0.05, 'compute budget per tick; a slower solve brakes (s)', 0.001,
                 1.0)
         declare('stale_timeout_s', 0.1, 'brake when no state arrived for this long (s)', 0.01,
@@ -108,8 +112,8 @@ class CarMPCNode(Node):
             self.get_logger().warn(f'model step h={model.h} s differs from the control period '
                                    f'{period} s: predictions assume h')
         self.track = Track(load_track_spec(Path(get('track_file').value)))
-        optimizer = LineSearchOptimizer(OptimizerConfig(
-            iterations=get('iterations').value, candidates=get('candidates').value))
+        optimizer = make_optimizer(get('solver').value, self.config.horizon,
+                                   get('iterations').value, get('candidates').value)
         self.mpc = TrackMPC(model, self.track, self.config, optimizer)
         warm = self.mpc.warm_up()
         self.get_logger().info(f'MPC ready on {self.track.spec.name} ({self.track.length:.1f} m'
