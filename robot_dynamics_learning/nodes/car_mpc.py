@@ -16,6 +16,7 @@ state stays stale. A state whose stamp is not newer than the last one is dropped
 one stamped more than stale_timeout_s in the future too, and after a brake the node only
 drives again from a state stamped after the one the brake was judged on. A tick whose solve
 misses budget_s, fails, or finds the state stale sends the brake too.
+use_sim_time cannot change at run time (refused): without /clock it would stop both timers.
 Counters (commands, brake_*, rejected_*) and solve-time percentiles go to /diagnostics twice
 a second.
 """
@@ -39,6 +40,7 @@ from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping, stamp_to_ns,
                                                        twist_msg)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
 import torch
 
@@ -86,6 +88,7 @@ class CarMPCNode(Node):
         declare('actuation_delay_s', 0.0, 'transport and actuation delay added to the '
                 'predicted latency (s)', 0.0, 0.5)
         get = self.get_parameter
+        refuse_clock_changes(self)   # sim time without /clock would stop the watchdog
         torch.set_num_threads(int(get('torch_threads').value))
         self.mapping = CommandMapping(throttle_scale=get('throttle_scale').value,
                                       steering_scale=get('steering_scale').value)

@@ -24,8 +24,10 @@ from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, P
 from robot_dynamics_learning.learning.prequential import LatencyLog, PrequentialError
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, JointStateParser,
-                                                       PredictedTorquePublisher, stamp_to_ns)
+                                                       PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import (declare_stamp_bounds,
+                                                      refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from sensor_msgs.msg import JointState
@@ -55,7 +57,9 @@ class TorquePredictorNode(Node):
         if not folder:
             raise ValueError('parameter checkpoint_dir must name a folder of checkpoints')
         self.checkpoints = CheckpointDirectory(Path(folder))
-        self.reset_after = get('time_reset_s').value
+        refuse_clock_changes(self)
+        self._bounds = declare_stamp_bounds(self, reset_after_s=get('time_reset_s').value)
+        self._last_log = time.monotonic()
         self._accel_window = get('accel_window').value
         self._history_size = get('history_size').value
         self._lock = threading.Lock()
@@ -102,7 +106,7 @@ class TorquePredictorNode(Node):
                 self.joint_names = list(loaded.joint_names)
                 n = len(self.joint_names)
                 self.parser = JointStateParser(self.joint_names, velocity=FieldNeed.REQUIRED,
-                                               effort=FieldNeed.OPTIONAL)
+                                               effort=FieldNeed.OPTIONAL, bounds=self._bounds)
                 self.stream = InverseDynamicsStream(
                     n, CausalDifferentiator(n, window=self._accel_window))
                 self.prequential = PrequentialError(n)
@@ -126,20 +130,19 @@ class TorquePredictorNode(Node):
             model = self._model
             self.predictor = StreamingPredictor(self._published, model.n_obs, model.n_act,
                                                 self._history_size)
-        last = self.parser.stamps.last_ns
-        try:
-            stamp_ns = stamp_to_ns(msg.header.stamp)
-        except (AttributeError, TypeError, ValueError):
-            stamp_ns = last   # malformed: the parser rejects and counts it
-        if last is not None and (last - stamp_ns) * 1e-9 >= self.reset_after:
-            self.time_resets += 1
-            self.parser.reset()
-            self.stream.reset()
-            self.predictor.reset()
         result = self.parser.parse(msg)
         if not result.ok:
+            now = time.monotonic()
+            if now - self._last_log > 1.0:   # throttled: a flood must not flood the log
+                self._last_log = now
+                self.get_logger().warn(f'rejected joint state ({result.reason.value}): '
+                                       f'{result.detail}; {self.parser.counter.summary()}')
             return
         sample = result.value
+        if sample.time_reset:   # only a valid message resets (the parser checked it whole)
+            self.time_resets += 1
+            self.stream.reset()
+            self.predictor.reset()
         features = self.stream.sample(sample.stamp_ns * 1e-9, sample.position, sample.velocity,
                                       sample.effort)
         if features is None:

@@ -1,0 +1,94 @@
+"""Issue 17 regressions over real DDS: car_mpc's clock, the estimator's future stamps."""
+import math
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
+import pytest
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
+from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.control.car_training import build_car_model, save_car_model
+from robot_dynamics_learning.nodes.conversions import planar_pose_msg
+from ros_util import ROOT, start_node, stop_node, TestNode, wait_for
+
+pytestmark = pytest.mark.ros
+OVAL = str(ROOT / 'config' / 'tracks' / 'oval.yaml')
+
+
+def _set_bool(probe: TestNode, node: str, name: str, value: bool):
+    """Call <node>/set_parameters over DDS; return the one SetParametersResult."""
+    client = probe.node.create_client(SetParameters, f'{node}/set_parameters')
+    assert client.wait_for_service(timeout_sec=30.0)
+    request = SetParameters.Request(parameters=[ParameterMsg(
+        name=name, value=ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value))])
+    future = client.call_async(request)
+    assert wait_for(future.done, 10.0)
+    return future.result().results[0]
+
+
+def test_f03_mpc_refuses_use_sim_time_at_run_time_and_keeps_braking(tmp_path):
+    checkpoint = save_car_model(tmp_path / 'bicycle.pt', build_car_model('car_bicycle'), {})
+    log = tmp_path / 'mpc.log'
+    process = start_node('car_mpc', params={'checkpoint': str(checkpoint), 'track_file': OVAL,
+                                            'iterations': 1, 'candidates': 32,
+                                            'brake_throttle': -0.25}, log_path=log)
+    try:
+        with TestNode('mpc_clock_probe') as probe:
+            commands = []
+            lock = threading.Lock()
+
+            def on_command(msg: Twist) -> None:
+                with lock:
+                    commands.append(time.monotonic())
+            probe.node.create_subscription(Twist, 'command', on_command, 10)
+            assert wait_for(lambda: len(commands) > 0, 60.0), log.read_text()
+            result = _set_bool(probe, '/car_mpc', 'use_sim_time', True)
+            assert not result.successful
+            assert 'use_sim_time' in result.reason
+            changed = time.monotonic()
+            time.sleep(2.0)   # the issue saw no command at all for 2 s
+            with lock:
+                after = [t for t in commands if t > changed]
+            assert len(after) >= 20, f'{len(after)} brake commands in 2 s (20 Hz expected)'
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+def test_f04_estimator_is_not_blinded_by_one_future_pose(tmp_path):
+    log = tmp_path / 'estimator.log'
+    process = start_node('car_state_estimator', log_path=log)
+    try:
+        with TestNode('estimator_future_probe') as probe:
+            twists = []
+            counters = {}
+
+            def on_diag(msg: DiagnosticArray) -> None:
+                for status in msg.status:
+                    if status.name.endswith('car_state_estimator'):
+                        counters.update({kv.key: kv.value for kv in status.values})
+            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
+                                           qos_profile_sensor_data)
+            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
+            publisher = probe.node.create_publisher(PoseStamped, 'mocap_pose',
+                                                    qos_profile_sensor_data)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
+            assert wait_for(lambda: 'parser_accepted' in counters, 30.0), log.read_text()
+            rate = 200.0
+            for i in range(300):
+                stamp = time.time_ns()
+                if i == 100:
+                    stamp += 30 * 1_000_000_000   # one pose 30 s ahead
+                angle = 0.5 * i / rate
+                publisher.publish(planar_pose_msg(stamp, math.sin(angle), 0.0, angle))
+                time.sleep(1.0 / rate)
+            end_ns = time.time_ns()
+            assert wait_for(lambda: counters.get('parser_future_stamp') == '1', 5.0), counters
+            assert 'parser_stamp_backwards' not in counters, counters
+            late = [m for m in twists if m.header.stamp.sec * 1e9 + m.header.stamp.nanosec
+                    > end_ns - 0.5e9]
+            assert len(late) > 20, f'{len(late)} estimates in the last 0.5 s of poses'
+    finally:
+        assert stop_node(process) == 0, log.read_text()
