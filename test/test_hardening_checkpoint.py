@@ -46,7 +46,8 @@ def test_f01_nan_weights_are_refused_and_the_previous_checkpoint_used(tmp_path, 
     with caplog.at_level(logging.ERROR):
         loaded = folder.load_latest(JOINTS, 'lstm')
     assert loaded.metadata['steps'] == 1
-    assert 'model_000001.pt' in caplog.text
+    assert 'model_000001.pt (non_finite)' in caplog.text
+    assert folder.skipped == {'non_finite': 1}
     assert all(torch.isfinite(v).all() for v in loaded.model.state_dict().values())
 
 

@@ -1,18 +1,26 @@
-"""Issue 17 regressions over real DDS: car_mpc's clock, the estimator's future stamps."""
+"""
+Issue 17 regressions over real DDS.
+
+car_mpc's clock, the estimator's future stamps, the learner's bad checkpoints and messages.
+"""
 import math
 import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
+import numpy as np
 import pytest
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.car_training import build_car_model, save_car_model
+from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, tensor_checksum
+from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg
 from ros_util import ROOT, start_node, stop_node, TestNode, wait_for
+import torch
 
 pytestmark = pytest.mark.ros
 OVAL = str(ROOT / 'config' / 'tracks' / 'oval.yaml')
@@ -90,5 +98,52 @@ def test_f04_estimator_is_not_blinded_by_one_future_pose(tmp_path):
             late = [m for m in twists if m.header.stamp.sec * 1e9 + m.header.stamp.nanosec
                     > end_ns - 0.5e9]
             assert len(late) > 20, f'{len(late)} estimates in the last 0.5 s of poses'
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+def test_f01_f05_f08_learner_skips_bad_checkpoints_and_bad_messages_never_reset(tmp_path):
+    from test_continual_nodes import good_sample, LEARNER, NAMES, Probe
+    folder = CheckpointDirectory(tmp_path)
+    model = build_model('lstm', {'hidden_size': 8}, 9, 3, 3)
+    folder.save(model, NAMES, {'steps': 7})
+    for edit in ('nan', 'shape'):   # two newer checkpoints, each bad in its own way
+        path = folder.save(model, NAMES, {'steps': 8})
+        payload = torch.load(path, weights_only=True)
+        key = next(k for k, v in payload['state_dict'].items() if v.dim() == 2)
+        payload['state_dict'][key] = (torch.full_like(payload['state_dict'][key], math.nan)
+                                      if edit == 'nan' else torch.zeros(2, 2))
+        payload['checksum'] = tensor_checksum(payload['state_dict'])
+        torch.save(payload, path)
+    log = tmp_path / 'learner.log'
+    process = start_node('dynamics_learner', {**LEARNER, 'checkpoint_dir': str(tmp_path)},
+                         log_path=log)
+    try:
+        with TestNode('learner_hardening_probe') as test_node:
+            probe = Probe(test_node, 'dynamics_learner')
+            assert probe.wait_ready(), log.read_text()
+            assert 'model_000000.pt (step 7)' in log.read_text(), log.read_text()
+            stamp = 100 * 10 ** 9
+            for k in range(40):
+                stamp += 2_000_000
+                probe.send(good_sample(k, stamp), expect_prediction=k >= 4)
+            zero = good_sample(40, 0)
+            old_nan = good_sample(41, 10 ** 9)   # 99 s back: a reset, were it valid
+            old_nan.position[0] = math.nan
+            negative = good_sample(42, 10 ** 9)
+            negative.header.stamp.sec = -5
+            for msg in (zero, old_nan, negative):
+                probe.send(msg, expect_prediction=False)
+            stamp += 2_000_000
+            probe.send(good_sample(43, stamp), expect_prediction=True)   # state kept warm
+            assert wait_for(lambda: probe.diag('messages_negative_stamp') == 1, 10), \
+                probe.diagnostics
+            assert probe.diag('messages_zero_stamp') == 1
+            assert probe.diag('messages_non_finite') == 1
+            assert probe.diag('time_resets') == 0
+            assert probe.diag('checkpoints_skipped_non_finite') == 1
+            assert probe.diag('checkpoints_skipped_size') == 1
+            assert all(np.isfinite(p.effort).all() for p in probe.predictions)
+        assert process.poll() is None, 'the node stopped'
     finally:
         assert stop_node(process) == 0, log.read_text()

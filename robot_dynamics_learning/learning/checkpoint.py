@@ -36,6 +36,18 @@ class CheckpointMismatch(ValueError):
     """A valid checkpoint for other joints, another model type or another config."""
 
 
+class CorruptCheckpoint(ValueError):
+    """
+    A file that is not a usable checkpoint; `reason` is a short stable category for counters.
+
+    Reasons: unreadable, malformed, checksum, non_finite, size, config, convention.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def tensor_checksum(state_dict: Dict[str, torch.Tensor]) -> str:
     """Return the SHA-256 (hex) of names, dtypes, shapes and bytes of the tensors, by name."""
     digest = hashlib.sha256()
@@ -119,7 +131,7 @@ def load_checkpoint(path: Path, joint_names: Optional[Sequence[str]] = None,
     except FileNotFoundError:
         raise
     except Exception as error:  # noqa: B902 - torch raises many types for foreign files
-        raise ValueError(f'{path}: not a readable checkpoint ({type(error).__name__}: '
+        raise CorruptCheckpoint('unreadable', f'{path}: not a readable checkpoint ({type(error).__name__}: '
                          f'{_first_line(error)})') from error
     return LoadedCheckpoint(*model_from_payload(payload, joint_names, model_type, config,
                                                 source=str(path)), path)
@@ -133,35 +145,35 @@ def _first_line(error: BaseException) -> str:
 def _check_payload(payload: Any, source: str) -> None:
     """Refuse (ValueError naming the field) a payload that is malformed, corrupt or non-finite."""
     if not isinstance(payload, dict) or payload.get('format_version') != FORMAT_VERSION:
-        raise ValueError(f'{source}: not a robot_dynamics_learning checkpoint of format '
+        raise CorruptCheckpoint('malformed', f'{source}: not a robot_dynamics_learning checkpoint of format '
                          f'{FORMAT_VERSION}')
     kinds = {'model_type': str, 'config': dict, 'dims': dict, 'target_convention': str,
              'joint_names': list, 'metadata': dict, 'state_dict': dict, 'checksum': str}
     for key, kind in kinds.items():
         if not isinstance(payload.get(key), kind):
-            raise ValueError(f'{source}: field {key!r} is missing or not a {kind.__name__}')
+            raise CorruptCheckpoint('malformed', f'{source}: field {key!r} is missing or not a {kind.__name__}')
     for name in ('n_obs', 'n_act', 'n_target'):
         value = payload['dims'].get(name)
         if type(value) is not int or not 0 <= value <= MAX_FEATURES:
-            raise ValueError(f'{source}: dims.{name} must be an int in [0, {MAX_FEATURES}], '
+            raise CorruptCheckpoint('malformed', f'{source}: dims.{name} must be an int in [0, {MAX_FEATURES}], '
                              f'got {value!r}')
     if not all(isinstance(name, str) for name in payload['joint_names']):
-        raise ValueError(f'{source}: joint_names must be strings')
+        raise CorruptCheckpoint('malformed', f'{source}: joint_names must be strings')
     state = payload['state_dict']
     for key, value in state.items():
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            raise ValueError(f'{source}: state_dict entry {key!r} is not a named tensor')
+            raise CorruptCheckpoint('malformed', f'{source}: state_dict entry {key!r} is not a named tensor')
     if tensor_checksum(state) != payload['checksum']:
-        raise ValueError(f'{source}: tensor checksum mismatch (the file is corrupt)')
+        raise CorruptCheckpoint('checksum', f'{source}: tensor checksum mismatch (the file is corrupt)')
     for key, value in state.items():
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise ValueError(f'{source}: tensor {key!r} has NaN or inf values')
+            raise CorruptCheckpoint('non_finite', f'{source}: tensor {key!r} has NaN or inf values')
     for key, value in payload['metadata'].items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f'{source}: metadata {key!r} is not finite ({value})')
+            raise CorruptCheckpoint('non_finite', f'{source}: metadata {key!r} is not finite ({value})')
     steps = payload['metadata'].get('steps', 0)
     if type(steps) is not int or steps < 0:
-        raise ValueError(f'{source}: metadata steps must be an int >= 0, got {steps!r}')
+        raise CorruptCheckpoint('malformed', f'{source}: metadata steps must be an int >= 0, got {steps!r}')
 
 
 def _check_shapes(payload: Dict[str, Any], source: str) -> None:
@@ -179,8 +191,8 @@ def _check_shapes(payload: Dict[str, Any], source: str) -> None:
         with torch.device('meta'):
             shell = build_model(payload['model_type'], payload['config'], dims['n_obs'],
                                 dims['n_act'], dims['n_target'])
-    except RuntimeError as error:   # e.g. sizes whose product overflows
-        raise ValueError(f'{source}: config does not build a model: '
+    except (RuntimeError, TypeError, KeyError, ValueError) as error:   # e.g. sizes overflow
+        raise CorruptCheckpoint('size', f'{source}: config does not build a model: '
                          f'{_first_line(error)}') from None
     # Parameters are sized by the config; buffers may be sized by data (a GP's training set).
     shapes = {key: tuple(value.shape) for key, value in payload['state_dict'].items()}
@@ -189,7 +201,7 @@ def _check_shapes(payload: Dict[str, Any], source: str) -> None:
     if expected != saved or set(shapes) != set(shell.state_dict()):
         differ = sorted(key for key in set(shell.state_dict()) ^ set(shapes)
                         | {k for k in expected if expected[k] != saved.get(k)})[:5]
-        raise ValueError(f'{source}: tensors do not fit the model of its config (name: '
+        raise CorruptCheckpoint('size', f'{source}: tensors do not fit the model of its config (name: '
                          f'saved, expected): '
                          + ', '.join(f'{k}: {shapes.get(k)}, {expected.get(k)}' for k in differ))
 
@@ -218,12 +230,16 @@ def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None
     try:
         model_builder(payload['model_type']).config_class.from_dict(payload['config'])
     except (TypeError, KeyError, ValueError) as error:   # unknown type, bad config value
-        raise ValueError(f'{source}: invalid model type or config ({type(error).__name__}: '
+        raise CorruptCheckpoint('config', f'{source}: invalid model type or config ({type(error).__name__}: '
                          f'{error})') from None
     _check_shapes(payload, source)
     dims = payload['dims']
-    model = build_model(payload['model_type'], payload['config'], dims['n_obs'], dims['n_act'],
-                        dims['n_target'])
+    try:
+        model = build_model(payload['model_type'], payload['config'], dims['n_obs'],
+                            dims['n_act'], dims['n_target'])
+    except (TypeError, KeyError, ValueError) as error:   # e.g. the config's URDF is gone
+        raise CorruptCheckpoint('config', f'{source}: config does not build a model '
+                                f'({type(error).__name__}: {error})') from None
     if config is not None:
         expected = type(model.config).from_dict(config).to_dict()
         if expected != payload['config']:
@@ -232,12 +248,12 @@ def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None
             raise CheckpointMismatch(f'{source}: config differs from the expected one (saved, '
                                      f'expected): {diff}')
     if model.target_convention != payload['target_convention']:
-        raise ValueError(f"{source}: target convention '{payload['target_convention']}' differs "
+        raise CorruptCheckpoint('convention', f"{source}: target convention '{payload['target_convention']}' differs "
                          f"from this code's '{model.target_convention}'")
     try:
         model.load_state_dict(payload['state_dict'])
     except RuntimeError as error:   # missing, unexpected or wrong-shaped tensors
-        raise ValueError(f'{source}: weights do not fit the model: '
+        raise CorruptCheckpoint('size', f'{source}: weights do not fit the model: '
                          f'{_first_line(error)}') from None
     model.eval()
     return model, payload['model_type'], payload['config'], saved_joints, payload['metadata']
@@ -271,6 +287,7 @@ class CheckpointDirectory:
         self.keep_last = keep_last
         self.prefix = prefix
         self._pattern = re.compile(rf'{re.escape(prefix)}_(\d+)\.pt')
+        self.skipped: Dict[str, int] = {}   # checkpoints skipped by load_latest, per reason
 
     def paths(self) -> List[Path]:
         """Return checkpoint paths, oldest first (by number)."""
@@ -315,9 +332,9 @@ class CheckpointDirectory:
         for path in reversed(paths):
             try:
                 return load_checkpoint(path, joint_names, model_type, config)
-            except CheckpointMismatch:
-                raise
-            except (ValueError, OSError) as error:   # corrupt, or removed meanwhile
-                LOG.error('skipping checkpoint %s: %s', path, error)
+            except (CorruptCheckpoint, OSError) as error:   # corrupt, or removed meanwhile
+                reason = error.reason if isinstance(error, CorruptCheckpoint) else 'unreadable'
+                self.skipped[reason] = self.skipped.get(reason, 0) + 1
+                LOG.error('skipping corrupt checkpoint %s (%s): %s', path, reason, error)
                 errors.append(f'{path.name}: {error}')
         raise ValueError(f'no valid checkpoint in {self.folder}: ' + '; '.join(errors))

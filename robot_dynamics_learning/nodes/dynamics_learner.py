@@ -304,6 +304,9 @@ class DynamicsLearnerNode(Node):
                   for key, value in self.parser.counter.as_dict().items()}
         values.update(time_resets=self.time_resets, predict_only=self.predict_only,
                       commands_rejected=self.command_parser.counter.total_rejected)
+        if self.checkpoints is not None:
+            values.update({f'checkpoints_skipped_{reason}': n
+                           for reason, n in self.checkpoints.skipped.items()})
         values.update(self.latency.summary())
         if self.learner is not None:
             values.update(self.learner.diagnostics())

@@ -157,7 +157,9 @@ class TorquePredictorNode(Node):
 
     def _publish_diagnostics(self) -> None:
         values = {'checkpoint': str(self._loaded_path), 'loads': self.loads,
-                  'load_errors': self.load_errors, 'time_resets': self.time_resets}
+                  'load_errors': self.load_errors, 'time_resets': self.time_resets,
+                  **{f'checkpoints_skipped_{reason}': n
+                     for reason, n in self.checkpoints.skipped.items()}}
         if self.parser is not None:
             values.update({f'messages_{k}': v for k, v in self.parser.counter.as_dict().items()})
             values['nmse'] = self.prequential.nmse()
