@@ -131,8 +131,8 @@ def load_checkpoint(path: Path, joint_names: Optional[Sequence[str]] = None,
     except FileNotFoundError:
         raise
     except Exception as error:  # noqa: B902 - torch raises many types for foreign files
-        raise CorruptCheckpoint('unreadable', f'{path}: not a readable checkpoint ({type(error).__name__}: '
-                         f'{_first_line(error)})') from error
+        raise CorruptCheckpoint('unreadable', f'{path}: not a readable checkpoint '
+                                f'({type(error).__name__}: {_first_line(error)})') from error
     return LoadedCheckpoint(*model_from_payload(payload, joint_names, model_type, config,
                                                 source=str(path)), path)
 
@@ -143,37 +143,40 @@ def _first_line(error: BaseException) -> str:
 
 
 def _check_payload(payload: Any, source: str) -> None:
-    """Refuse (ValueError naming the field) a payload that is malformed, corrupt or non-finite."""
+    """Refuse (`CorruptCheckpoint` naming the field) a malformed, corrupt or non-finite payload."""
+    def refuse(reason: str, text: str) -> None:
+        raise CorruptCheckpoint(reason, f'{source}: {text}')
+
     if not isinstance(payload, dict) or payload.get('format_version') != FORMAT_VERSION:
-        raise CorruptCheckpoint('malformed', f'{source}: not a robot_dynamics_learning checkpoint of format '
-                         f'{FORMAT_VERSION}')
+        refuse('malformed', f'not a robot_dynamics_learning checkpoint of format '
+               f'{FORMAT_VERSION}')
     kinds = {'model_type': str, 'config': dict, 'dims': dict, 'target_convention': str,
              'joint_names': list, 'metadata': dict, 'state_dict': dict, 'checksum': str}
     for key, kind in kinds.items():
         if not isinstance(payload.get(key), kind):
-            raise CorruptCheckpoint('malformed', f'{source}: field {key!r} is missing or not a {kind.__name__}')
+            refuse('malformed', f'field {key!r} is missing or not a {kind.__name__}')
     for name in ('n_obs', 'n_act', 'n_target'):
         value = payload['dims'].get(name)
         if type(value) is not int or not 0 <= value <= MAX_FEATURES:
-            raise CorruptCheckpoint('malformed', f'{source}: dims.{name} must be an int in [0, {MAX_FEATURES}], '
-                             f'got {value!r}')
+            refuse('malformed', f'dims.{name} must be an int in [0, {MAX_FEATURES}], got '
+                   f'{value!r}')
     if not all(isinstance(name, str) for name in payload['joint_names']):
-        raise CorruptCheckpoint('malformed', f'{source}: joint_names must be strings')
+        refuse('malformed', 'joint_names must be strings')
     state = payload['state_dict']
     for key, value in state.items():
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            raise CorruptCheckpoint('malformed', f'{source}: state_dict entry {key!r} is not a named tensor')
+            refuse('malformed', f'state_dict entry {key!r} is not a named tensor')
     if tensor_checksum(state) != payload['checksum']:
-        raise CorruptCheckpoint('checksum', f'{source}: tensor checksum mismatch (the file is corrupt)')
+        refuse('checksum', 'tensor checksum mismatch (the file is corrupt)')
     for key, value in state.items():
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise CorruptCheckpoint('non_finite', f'{source}: tensor {key!r} has NaN or inf values')
+            refuse('non_finite', f'tensor {key!r} has NaN or inf values')
     for key, value in payload['metadata'].items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise CorruptCheckpoint('non_finite', f'{source}: metadata {key!r} is not finite ({value})')
+            refuse('non_finite', f'metadata {key!r} is not finite ({value})')
     steps = payload['metadata'].get('steps', 0)
     if type(steps) is not int or steps < 0:
-        raise CorruptCheckpoint('malformed', f'{source}: metadata steps must be an int >= 0, got {steps!r}')
+        refuse('malformed', f'metadata steps must be an int >= 0, got {steps!r}')
 
 
 def _check_shapes(payload: Dict[str, Any], source: str) -> None:
@@ -193,7 +196,7 @@ def _check_shapes(payload: Dict[str, Any], source: str) -> None:
                                 dims['n_act'], dims['n_target'])
     except (RuntimeError, TypeError, KeyError, ValueError) as error:   # e.g. sizes overflow
         raise CorruptCheckpoint('size', f'{source}: config does not build a model: '
-                         f'{_first_line(error)}') from None
+                                f'{_first_line(error)}') from None
     # Parameters are sized by the config; buffers may be sized by data (a GP's training set).
     shapes = {key: tuple(value.shape) for key, value in payload['state_dict'].items()}
     expected = {key: tuple(value.shape) for key, value in shell.named_parameters()}
@@ -201,9 +204,9 @@ def _check_shapes(payload: Dict[str, Any], source: str) -> None:
     if expected != saved or set(shapes) != set(shell.state_dict()):
         differ = sorted(key for key in set(shell.state_dict()) ^ set(shapes)
                         | {k for k in expected if expected[k] != saved.get(k)})[:5]
-        raise CorruptCheckpoint('size', f'{source}: tensors do not fit the model of its config (name: '
-                         f'saved, expected): '
-                         + ', '.join(f'{k}: {shapes.get(k)}, {expected.get(k)}' for k in differ))
+        listed = ', '.join(f'{k}: {shapes.get(k)}, {expected.get(k)}' for k in differ)
+        raise CorruptCheckpoint('size', f'{source}: tensors do not fit the model of its config '
+                                f'(name: saved, expected): {listed}')
 
 
 def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None,
@@ -230,8 +233,8 @@ def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None
     try:
         model_builder(payload['model_type']).config_class.from_dict(payload['config'])
     except (TypeError, KeyError, ValueError) as error:   # unknown type, bad config value
-        raise CorruptCheckpoint('config', f'{source}: invalid model type or config ({type(error).__name__}: '
-                         f'{error})') from None
+        raise CorruptCheckpoint('config', f'{source}: invalid model type or config '
+                                f'({type(error).__name__}: {error})') from None
     _check_shapes(payload, source)
     dims = payload['dims']
     try:
@@ -248,13 +251,15 @@ def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None
             raise CheckpointMismatch(f'{source}: config differs from the expected one (saved, '
                                      f'expected): {diff}')
     if model.target_convention != payload['target_convention']:
-        raise CorruptCheckpoint('convention', f"{source}: target convention '{payload['target_convention']}' differs "
-                         f"from this code's '{model.target_convention}'")
+        saved_convention = payload['target_convention']
+        raise CorruptCheckpoint('convention', f'{source}: target convention '
+                                f"'{saved_convention}' differs from this code's "
+                                f"'{model.target_convention}'")
     try:
         model.load_state_dict(payload['state_dict'])
     except RuntimeError as error:   # missing, unexpected or wrong-shaped tensors
         raise CorruptCheckpoint('size', f'{source}: weights do not fit the model: '
-                         f'{_first_line(error)}') from None
+                                f'{_first_line(error)}') from None
     model.eval()
     return model, payload['model_type'], payload['config'], saved_joints, payload['metadata']
 
