@@ -147,3 +147,18 @@ def test_f01_f05_f08_learner_skips_bad_checkpoints_and_bad_messages_never_reset(
         assert process.poll() is None, 'the node stopped'
     finally:
         assert stop_node(process) == 0, log.read_text()
+
+
+@pytest.mark.parametrize('params, words', [
+    ({'throttle_scale': 1e-300}, ['throttle_scale', '1e-300']),
+    ({'steering_scale': float('nan')}, ['steering_scale', 'finite']),
+])
+def test_f11_car_mpc_refuses_absurd_scales_at_start(tmp_path, params, words):
+    log = tmp_path / 'mpc.log'
+    process = start_node('car_mpc', params={'track_file': OVAL, **params}, log_path=log)
+    try:
+        assert process.wait(timeout=120) != 0
+    finally:
+        stop_node(process)
+    text = log.read_text()
+    assert all(word in text for word in words), text

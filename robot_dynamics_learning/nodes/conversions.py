@@ -15,7 +15,7 @@ from rclpy.node import Node
 from robot_dynamics_learning.data.messages import (
     ArrayParser, CarCommand, CarCommandParser, CommandMapping, FieldNeed, JointSample,
     JointStateParser, PoseParser, PoseSample, quaternion_from_yaw, Reason, RejectionCounter,
-    Result, stamp_to_ns, StampBounds, StampCheck)
+    Result, stamp_to_ns, StampCheck)
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Float64MultiArray
@@ -23,8 +23,7 @@ from std_msgs.msg import Float64MultiArray
 __all__ = [
     'ArrayParser', 'CarCommand', 'CarCommandParser', 'CommandMapping', 'FieldNeed',
     'JointSample', 'JointStateParser', 'PoseParser', 'PoseSample', 'Reason',
-    'RejectionCounter', 'Result', 'StampBounds', 'StampCheck', 'stamp_to_ns', 'time_msg',
-    'clock_msg',
+    'RejectionCounter', 'Result', 'StampCheck', 'stamp_to_ns', 'time_msg', 'clock_msg',
     'joint_state_msg', 'PredictedTorquePublisher', 'pose_stamped_msg', 'planar_pose_msg',
     'twist_msg', 'twist_stamped_msg', 'joy_msg', 'float64_array_msg',
 ]

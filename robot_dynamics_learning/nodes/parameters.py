@@ -1,4 +1,5 @@
 """Declaring described, ranged parameters in one line (ros2/demos style), and their guards."""
+import math
 from typing import List, Optional
 
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
@@ -25,6 +26,11 @@ def declare(node: Node, name: str, default, description: str,
         extra['integer_range'] = [IntegerRange(from_value=int(low), to_value=int(high), step=1)]
     node.declare_parameter(name, default, ParameterDescriptor(
         description=description, read_only=not dynamic, **extra))
+    # Ranges refuse NaN and inf; a float without one is checked here, where it enters.
+    value = node.get_parameter(name).value
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        raise ValueError(f'parameter {name} must be finite, got {value}')
 
 
 def declare_stamp_bounds(node: Node, max_future_s: float = 1.0,
