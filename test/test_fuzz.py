@@ -8,6 +8,7 @@ arbitrary files either load into finite values or are refused with a ValueError 
 file or the field; nothing else escapes. Budgeted to run in well under two minutes in CI.
 """
 import io
+import itertools
 import math
 from pathlib import Path
 import shutil
@@ -61,10 +62,20 @@ def _array():
                      st.lists(st.lists(NUMBERS, max_size=2), max_size=2))
 
 
-JOINT_STATES = st.builds(
-    SimpleNamespace, header=st.one_of(_header(), ANY),
-    name=st.one_of(st.lists(st.sampled_from(['a', 'b', 'c']), max_size=5), ANY),
-    position=_array(), velocity=_array(), effort=_array())
+# Near-valid messages (plausible stamps, two joints, finite values) reach the accepting path;
+# each field can still be replaced by anything.
+GOOD_HEADER = st.builds(SimpleNamespace, stamp=st.builds(
+    SimpleNamespace, sec=st.integers(1, 10 ** 9), nanosec=st.integers(0, 10 ** 9 - 1)),
+    frame_id=st.just('w'))
+PAIR = st.lists(st.floats(-1e3, 1e3), min_size=2, max_size=2)
+JOINT_STATES = st.one_of(
+    st.builds(SimpleNamespace, header=st.one_of(GOOD_HEADER, _header()),
+              name=st.sampled_from([['a', 'b'], ['b', 'a'], ['a', 'b', 'c'], ['a', 'a']]),
+              position=st.one_of(PAIR, _array()), velocity=st.one_of(PAIR, _array()),
+              effort=st.one_of(PAIR, _array())),
+    st.builds(SimpleNamespace, header=st.one_of(_header(), ANY),
+              name=st.one_of(st.lists(st.sampled_from(['a', 'b', 'c']), max_size=5), ANY),
+              position=_array(), velocity=_array(), effort=_array()))
 
 
 def _check_counted(parser, calls: int) -> None:
@@ -91,10 +102,12 @@ def test_fuzz_joint_state_parser(messages, names):
     _check_counted(parser, len(messages))
 
 
-POINT = st.builds(SimpleNamespace, x=ANY, y=ANY, z=ANY)
+POINT = st.one_of(st.builds(SimpleNamespace, x=st.floats(-1e3, 1e3), y=st.floats(-1e3, 1e3),
+                            z=st.floats(-1e3, 1e3)),
+                  st.builds(SimpleNamespace, x=ANY, y=ANY, z=ANY))
 QUATERNION = st.one_of(st.builds(SimpleNamespace, x=ANY, y=ANY, z=ANY, w=ANY),
                        st.just(SimpleNamespace(x=0.0, y=0.0, z=0.0, w=1.0)))
-POSES = st.builds(SimpleNamespace, header=_header(),
+POSES = st.builds(SimpleNamespace, header=st.one_of(GOOD_HEADER, _header()),
                   pose=st.builds(SimpleNamespace, position=POINT, orientation=QUATERNION))
 
 
@@ -155,9 +168,12 @@ URDF_NUMBER = st.one_of(st.sampled_from(['0', '1', '-1', '0.1', 'nan', 'inf', '-
 
 @st.composite
 def urdfs(draw) -> str:
-    """Draw a two-joint URDF whose numbers come from URDF_NUMBER (often valid)."""
+    """Draw a two-joint URDF with up to three of its numbers from URDF_NUMBER."""
+    bad = draw(st.sets(st.integers(0, 50), max_size=3))
+    index = itertools.count()
+
     def num(valid: str) -> str:
-        return draw(st.one_of(st.just(valid), URDF_NUMBER))
+        return draw(URDF_NUMBER) if next(index) in bad else valid
 
     def link(name: str) -> str:
         return (f'<link name="{name}"><inertial><origin xyz="{num("0.1")} 0 {num("0")}" '
@@ -166,8 +182,8 @@ def urdfs(draw) -> str:
                 '</inertial></link>')
 
     def joint(name: str, parent: str, child: str) -> str:
-        kind = draw(st.sampled_from(['revolute', 'prismatic', 'continuous', 'fixed',
-                                     'planar']))
+        kind = draw(st.sampled_from(['revolute', 'prismatic', 'continuous', 'revolute',
+                                     'fixed', 'planar']))
         return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/>'
                 f'<child link="{child}"/><origin xyz="{num("0")} 0 {num("0.1")}" '
                 f'rpy="{num("0")} 0 0"/><axis xyz="{num("0")} 0 {num("1")}"/>'

@@ -4,6 +4,7 @@ from typing import List, Optional
 
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
                                 SetParametersResult)
+from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from robot_dynamics_learning.data.messages import StampBounds
@@ -27,7 +28,10 @@ def declare(node: Node, name: str, default, description: str,
     node.declare_parameter(name, default, ParameterDescriptor(
         description=description, read_only=not dynamic, **extra))
     # Ranges refuse NaN and inf; a float without one is checked here, where it enters.
-    value = node.get_parameter(name).value
+    try:
+        value = node.get_parameter(name).value
+    except ParameterUninitializedException:   # declared by type only, and not given
+        return
     values = value if isinstance(value, (list, tuple)) else [value]
     if any(isinstance(v, float) and not math.isfinite(v) for v in values):
         raise ValueError(f'parameter {name} must be finite, got {value}')
