@@ -162,3 +162,42 @@ def test_f11_car_mpc_refuses_absurd_scales_at_start(tmp_path, params, words):
         stop_node(process)
     text = log.read_text()
     assert all(word in text for word in words), text
+
+
+def test_f05_predictor_stays_up_on_bad_newer_checkpoints(tmp_path):
+    from test_continual_nodes import good_sample, NAMES, Probe
+    folder = CheckpointDirectory(tmp_path, keep_last=10)
+    model = build_model('lstm', {'hidden_size': 8}, 9, 3, 3)
+    folder.save(model, NAMES, {'steps': 7})
+    log = tmp_path / 'predictor.log'
+    process = start_node('torque_predictor', {'checkpoint_dir': str(tmp_path),
+                                              'poll_period_s': 0.2, 'accel_window': 5,
+                                              'diagnostics_period_s': 0.3}, log_path=log)
+    try:
+        with TestNode('predictor_hardening_probe') as test_node:
+            probe = Probe(test_node, 'torque_predictor')
+            assert probe.wait_ready(), log.read_text()
+            edits = {'size': lambda p: p['state_dict'].update(
+                         {next(iter(p['state_dict'])): torch.zeros(2, 2)}),
+                     'malformed': lambda p: p.pop('dims'),
+                     'non_finite': lambda p: [v.fill_(math.nan)
+                                              for v in p['state_dict'].values()]}
+            for reason, edit in edits.items():   # the three cases that killed the predictor
+                path = folder.save(model, NAMES, {'steps': 8})
+                payload = torch.load(path, weights_only=True)
+                edit(payload)
+                payload['checksum'] = tensor_checksum(payload['state_dict'])
+                torch.save(payload, path)
+                assert wait_for(lambda: probe.diag(f'checkpoints_skipped_{reason}') >= 1, 20), \
+                    (probe.diagnostics, log.read_text())
+            time.sleep(1.0)   # five more polls: each bad file is refused once, not per poll
+            assert [probe.diag(f'checkpoints_skipped_{r}') for r in edits] == [3, 2, 1]
+            stamp = 100 * 10 ** 9
+            for k in range(20):
+                stamp += 2_000_000
+                probe.send(good_sample(k, stamp), expect_prediction=k >= 4)
+            assert probe.diagnostics['checkpoint'].endswith('model_000000.pt')
+            assert all(np.isfinite(p.effort).all() for p in probe.predictions)
+        assert process.poll() is None, 'the predictor stopped'
+    finally:
+        assert stop_node(process) == 0, log.read_text()

@@ -66,6 +66,7 @@ class TorquePredictorNode(Node):
         self._model: Optional[DynamicsModel] = None
         self._version = 0
         self._loaded_path: Optional[Path] = None
+        self._tried_path: Optional[Path] = None
         self.loads = 0
         self.load_errors = 0
         self.time_resets = 0
@@ -89,8 +90,9 @@ class TorquePredictorNode(Node):
     def _poll(self) -> None:
         """Load the newest valid checkpoint if it is not the one in use."""
         paths = self.checkpoints.paths()
-        if not paths or paths[-1] == self._loaded_path:
-            return
+        if not paths or paths[-1] in (self._loaded_path, self._tried_path):
+            return   # a refused newest file is refused (logged, counted) once, not every poll
+        self._tried_path = paths[-1]
         try:
             loaded = self.checkpoints.load_latest(self.joint_names)
         except (ValueError, FileNotFoundError, OSError) as error:
