@@ -201,3 +201,33 @@ def test_f05_predictor_stays_up_on_bad_newer_checkpoints(tmp_path):
         assert process.poll() is None, 'the predictor stopped'
     finally:
         assert stop_node(process) == 0, log.read_text()
+
+
+def test_mpc_refuses_garbage_poses_by_reason(tmp_path):
+    checkpoint = save_car_model(tmp_path / 'bicycle.pt', build_car_model('car_bicycle'), {})
+    log = tmp_path / 'mpc.log'
+    process = start_node('car_mpc', params={'checkpoint': str(checkpoint), 'track_file': OVAL,
+                                            'iterations': 1, 'candidates': 32}, log_path=log)
+    try:
+        with TestNode('mpc_pose_probe') as probe:
+            counters = {}
+
+            def on_diag(msg: DiagnosticArray) -> None:
+                for status in msg.status:
+                    if status.name.endswith('car_mpc'):
+                        counters.update({kv.key: kv.value for kv in status.values})
+            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
+            pub_pose = probe.node.create_publisher(PoseStamped, 'car/pose',
+                                                   qos_profile_sensor_data)
+            assert wait_for(lambda: pub_pose.get_subscription_count() > 0
+                            and 'commands' in counters, 60.0), log.read_text()
+            zero = planar_pose_msg(time.time_ns(), 0.0, 0.0, 0.0)
+            zero.pose.orientation.w = 0.0   # was read as yaw 0
+            nan = planar_pose_msg(time.time_ns() + 1000, math.nan, 0.0, 0.0)
+            for msg in (zero, nan):
+                pub_pose.publish(msg)
+            assert wait_for(lambda: counters.get('rejected_pose_bad_quaternion') == '1'
+                            and counters.get('rejected_pose_non_finite') == '1', 10.0), counters
+        assert process.poll() is None
+    finally:
+        assert stop_node(process) == 0, log.read_text()

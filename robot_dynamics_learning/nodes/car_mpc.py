@@ -37,8 +37,8 @@ from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, Optim
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
-from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping, stamp_to_ns,
-                                                       twist_msg)
+from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping, PoseParser,
+                                                       stamp_to_ns, twist_msg)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.parameters import refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
@@ -119,6 +119,7 @@ class CarMPCNode(Node):
                                f' lap), model {self.model_path}, warm-up {warm:.1f} s')
         self._lock = threading.Lock()
         self._solve_lock = threading.Lock()
+        self.pose_parser = PoseParser(check_stamps=False)   # stamps: _accept, per topic
         self._pose: Optional[tuple] = None
         self._twist: Optional[tuple] = None
         self._state: Optional[tuple] = None  # newest complete (stamp_ns, (6,) state)
@@ -170,9 +171,17 @@ class CarMPCNode(Node):
         self.get_logger().info(f'loaded car model {paths[-1]}')
 
     def _on_pose(self, msg: PoseStamped) -> None:
-        q = msg.pose.orientation
-        yaw = float(np.arctan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y ** 2 + q.z ** 2)))
-        values = (msg.pose.position.x, msg.pose.position.y, yaw)
+        # The shared parser: a zero or garbage quaternion is refused, not turned into a yaw.
+        result = self.pose_parser.parse(msg)
+        if not result.ok:
+            key = f'rejected_pose_{result.reason.value}'
+            with self._lock:
+                self.counts[key] = self.counts.get(key, 0) + 1
+            self.get_logger().warn(f'dropped a pose: {result.reason.value} ({result.detail})',
+                                   throttle_duration_sec=2.0)
+            return
+        pose = result.value
+        values = (pose.position[0], pose.position[1], pose.yaw)
         with self._lock:
             if self._accept(msg.header.stamp, values, self._pose):
                 self._pose = (stamp_to_ns(msg.header.stamp), values)
