@@ -231,3 +231,31 @@ def test_mpc_refuses_garbage_poses_by_reason(tmp_path):
         assert process.poll() is None
     finally:
         assert stop_node(process) == 0, log.read_text()
+
+
+def test_mpc_brake_during_a_solve_leaves_the_plan_to_the_solving_tick(tmp_path):
+    # The watchdog reset TrackMPC while a tick was inside solve(): solve then read a None
+    # plan and the node died (AttributeError), seen once in test_car_nodes under load.
+    import rclpy
+    from robot_dynamics_learning.control.track import load_track_spec, Track
+    from robot_dynamics_learning.nodes.car_mpc import CarMPCNode
+    checkpoint = save_car_model(tmp_path / 'bicycle.pt', build_car_model('car_bicycle'), {})
+    rclpy.init(args=['--ros-args', '-p', f'checkpoint:={checkpoint}', '-p',
+                     f'track_file:={OVAL}', '-p', 'iterations:=1', '-p', 'candidates:=32',
+                     '-p', 'budget_s:=1.0'])
+    try:
+        node = CarMPCNode()
+        x, y, yaw = Track(load_track_spec(OVAL)).pose_at(0.0)
+        assert node.mpc.solve(np.array([x, y, yaw, 1.0, 0.0, 0.0])).ok
+        plan = node.mpc._plan
+        assert plan is not None
+        with node._solve_lock:          # a tick is solving
+            with node._lock:
+                node._publish_brake('stale')
+            assert node.mpc._plan is plan, 'reset under a running solve'
+        with node._lock:                # no solve running: the brake resets at once
+            node._publish_brake('stale')
+        assert node.mpc._plan is None
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown()

@@ -237,7 +237,13 @@ class CarMPCNode(Node):
             self.get_logger().warn(f'braking: {reason}')
         self._braking = True
         self._brake_stamp = -1 if self._state is None else self._state[0]
-        self.mpc.reset()
+        # TrackMPC is not thread-safe: while a tick solves, its reset waits for the tick,
+        # which resets after the solve (it sees the brake stamp); the brake is not delayed.
+        if self._solve_lock.acquire(blocking=False):
+            try:
+                self.mpc.reset()
+            finally:
+                self._solve_lock.release()
         brake = CarCommand(None, *self.config.brake_command)
         self.pub_command.publish(twist_msg(brake, self.mapping))
         if self.pub_gz is not None:
