@@ -1,5 +1,6 @@
 # One-command setup: every target creates .venv on first use.
 # `make demo` runs the main job, `make test` the test suite (what CI runs), `make bench` the benchmarks.
+# `make soak` (not in CI): 10 min of arm_sim + dynamics_learner at 1 kHz; SOAK_ARGS='--seconds 60' shortens it.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -54,6 +55,9 @@ test: setup
 bench: setup
 	$(PY) -m pip install --quiet -r requirements-bench.txt
 	$(PY) -m bench.run_all
+
+soak: setup
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 lint: setup
 	$(PY) -m pytest -q test -m linter

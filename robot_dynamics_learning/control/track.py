@@ -7,6 +7,7 @@ line is resampled with a periodic cubic spline at `spacing` m. `project` maps po
 window of segments; the segment choice is discrete, the coordinates within it differentiable.
 """
 from dataclasses import dataclass
+import math
 from pathlib import Path
 from typing import Tuple
 
@@ -14,6 +15,9 @@ import numpy as np
 from scipy.interpolate import CubicSpline
 import torch
 import yaml
+
+
+MAX_TRACK_POINTS = 200_000   # resampled centre-line points (a lap of 10 km at 5 cm)
 
 
 @dataclass(frozen=True)
@@ -26,12 +30,22 @@ class TrackSpec:
     spacing: float = 0.05
 
     def __post_init__(self) -> None:
-        """Reject tracks that cannot be driven."""
+        """Reject tracks that cannot be driven: every number finite and in range."""
         if len(self.waypoints) < 4:
             raise ValueError(f'a track needs at least 4 waypoints, got {len(self.waypoints)}')
-        if not self.half_width > 0 or not self.spacing > 0:
-            raise ValueError(f'half_width and spacing must be positive, got '
-                             f'{self.half_width}, {self.spacing}')
+        for name in ('half_width', 'spacing'):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f'{name} must be finite and positive, got {value}')
+        points = np.asarray(self.waypoints, dtype=np.float64)
+        if points.shape != (len(self.waypoints), 2) or not np.isfinite(points).all():
+            raise ValueError('waypoints must be finite [x, y] pairs')
+        steps = np.linalg.norm(np.diff(np.vstack([points, points[:1]]), axis=0), axis=1)
+        if not steps.min() > 0:
+            raise ValueError('consecutive waypoints must differ (also the last and the first)')
+        if steps.sum() / self.spacing > MAX_TRACK_POINTS:
+            raise ValueError(f'a {steps.sum():.4g} m lap at spacing {self.spacing} m needs more '
+                             f'than {MAX_TRACK_POINTS} points')
 
 
 def stadium_waypoints(straight: float, radius: float, count: int = 40
@@ -56,19 +70,30 @@ def load_track_spec(path: Path) -> TrackSpec:
 
     Keys: `half_width`, and either `waypoints: [[x, y], ...]` or `stadium: {straight: m,
     radius: m}`; optional `name`, `spacing`.
+    Raises ValueError naming the file and the field for anything else.
     """
-    data = yaml.safe_load(Path(path).read_text())
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ValueError(f'{path}: not a YAML file ({type(error).__name__})') from None
     if not isinstance(data, dict) or 'half_width' not in data:
         raise ValueError(f'{path}: a track file needs a mapping with half_width')
-    if 'stadium' in data:
-        shape = data['stadium']
-        waypoints = stadium_waypoints(float(shape['straight']), float(shape['radius']))
-    elif 'waypoints' in data:
-        waypoints = tuple((float(x), float(y)) for x, y in data['waypoints'])
-    else:
-        raise ValueError(f'{path}: give either waypoints or stadium')
-    return TrackSpec(waypoints, float(data['half_width']), str(data.get('name', Path(path).stem)),
-                     float(data.get('spacing', 0.05)))
+    try:
+        if 'stadium' in data:
+            shape = data['stadium']
+            if not math.isfinite(float(shape['straight'])) or \
+                    not math.isfinite(float(shape['radius'])):
+                raise ValueError('stadium straight and radius must be finite')
+            waypoints = stadium_waypoints(float(shape['straight']), float(shape['radius']))
+        elif 'waypoints' in data:
+            waypoints = tuple((float(x), float(y)) for x, y in data['waypoints'])
+        else:
+            raise ValueError('give either waypoints or stadium')
+        return TrackSpec(waypoints, float(data['half_width']),
+                         str(data.get('name', Path(path).stem)),
+                         float(data.get('spacing', 0.05)))
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
+        raise ValueError(f'{path}: invalid track ({type(error).__name__}: {error})') from None
 
 
 class Track:

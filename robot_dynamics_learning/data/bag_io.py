@@ -171,14 +171,22 @@ class TopicArrays:
 
 
 class _Collector:
-    """Accumulates parsed messages into preallocated arrays (capacity = topic count)."""
+    """
+    Accumulates parsed messages into preallocated arrays that grow when full.
+
+    capacity is the bag's metadata count, only a hint: metadata.yaml is outside data, so a
+    count too small grows the arrays (doubling) and one too large allocates at most
+    MAX_INITIAL_ROWS rows up front.
+    """
+
+    MAX_INITIAL_ROWS = 1 << 16
 
     def __init__(self, parser, capacity: int) -> None:
         self.parser = parser
-        self.capacity = capacity
+        self.capacity = max(16, min(int(capacity), self.MAX_INITIAL_ROWS))
         self.n = 0
-        self.stamp_ns = np.zeros(capacity, dtype=np.int64)
-        self.receive_ns = np.zeros(capacity, dtype=np.int64)
+        self.stamp_ns = np.zeros(self.capacity, dtype=np.int64)
+        self.receive_ns = np.zeros(self.capacity, dtype=np.int64)
         self.arrays: Dict[str, np.ndarray] = {}
         self.frame_id = ''
 
@@ -188,9 +196,23 @@ class _Collector:
             array = self.arrays[name] = np.full((self.capacity,) + shape, np.nan)
         return array
 
+    def _grow(self) -> None:
+        """Double every array (amortised O(1) per message)."""
+        self.capacity *= 2
+
+        def grown(array: np.ndarray, fill) -> np.ndarray:
+            out = np.full((self.capacity,) + array.shape[1:], fill, dtype=array.dtype)
+            out[:array.shape[0]] = array
+            return out
+        self.stamp_ns = grown(self.stamp_ns, 0)
+        self.receive_ns = grown(self.receive_ns, 0)
+        self.arrays = {name: grown(array, np.nan) for name, array in self.arrays.items()}
+
     def add(self, msg: object, receive_ns: int) -> None:
         result = self.parser.parse(msg)
         if result.ok:
+            if self.n == self.capacity:
+                self._grow()
             self.receive_ns[self.n] = receive_ns
             self.store(result.value, receive_ns)
             self.n += 1
@@ -276,7 +298,9 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
         if msgtype not in SUPPORTED_TYPES:
             raise ValueError(f"topic '{topic}' has unsupported type {msgtype}; supported: "
                              f'{list(SUPPORTED_TYPES)}')
-        capacity = sum(c.msgcount for c in connections)
+        # metadata.yaml counts: a hint only (any value, even not a number, is possible).
+        counts = [c.msgcount for c in connections]
+        capacity = sum(counts) if all(type(k) is int and k >= 0 for k in counts) else 0
         collector = _make_collector(msgtype, capacity, joint_names, position, velocity, effort,
                                     mapping, size)
         deserialize = reader.typestore.deserialize_cdr

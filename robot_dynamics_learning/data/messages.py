@@ -8,10 +8,11 @@ counts it in its `RejectionCounter`, because a node callback must skip bad input
 
 Units are those of the messages (SI: rad, rad/s, N m, m); stamps are integer nanoseconds.
 """
+from collections import Counter
 from dataclasses import dataclass
 import enum
 import math
-from typing import Dict, Generic, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, Generic, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -37,6 +38,9 @@ class Reason(str, enum.Enum):
     MISSING_JOINT = 'missing_joint'      # an expected joint is not in `name`
     MISSING_FIELD = 'missing_field'      # a required array (position/velocity/effort) is empty
     ZERO_STAMP = 'zero_stamp'            # header stamp is 0 (publisher never set it)
+    NEGATIVE_STAMP = 'negative_stamp'    # header stamp before 1970 (sec < 0)
+    FUTURE_STAMP = 'future_stamp'        # stamp further ahead of the receiver's clock than allowed
+    OLD_STAMP = 'old_stamp'              # stamp further behind the receiver's clock than allowed
     STAMP_BACKWARDS = 'stamp_backwards'  # stamp earlier than the last accepted one
     STAMP_REPEATED = 'stamp_repeated'    # stamp equal to the last accepted one
     BAD_QUATERNION = 'bad_quaternion'    # orientation norm far from 1
@@ -110,29 +114,68 @@ def stamp_to_ns(stamp: object) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
+@dataclass(frozen=True)
+class StampBounds:
+    """
+    Where a live receiver's stamps may lie, judged against its own clock.
+
+    clock: the receiver's time in ns (a node's clock: sim time under use_sim_time); None
+    disables max_future_ns and max_age_ns (recorded data has no "now").
+    max_future_ns: a stamp further ahead is refused (it would hide every real message after
+    it as backwards). max_age_ns: a stamp further behind is refused. None: no bound.
+    reset_after_ns: a stamp this far behind the last accepted one is a time reset (looping
+    bag, restarted simulation) instead of a backwards stamp; the sample is flagged
+    `time_reset` once the whole message is valid, so a rejected message never resets state.
+    """
+
+    clock: Optional[Callable[[], int]] = None
+    max_future_ns: Optional[int] = None
+    max_age_ns: Optional[int] = None
+    reset_after_ns: Optional[int] = None
+
+
 class StampCheck:
     """
-    Stateful check that header stamps are non-zero and move forward.
+    Stateful check that header stamps are positive, within `StampBounds`, and move forward.
 
     Only accepted stamps advance the state, so one bad message does not poison the next.
     Call `reset()` when time legitimately jumps back (bag loop, simulation reset).
     """
 
-    def __init__(self, allow_repeated: bool = False) -> None:
+    def __init__(self, allow_repeated: bool = False, bounds: StampBounds = StampBounds()
+                 ) -> None:
         self.allow_repeated = allow_repeated
+        self.bounds = bounds
         self.last_ns: Optional[int] = None
 
     def check(self, stamp_ns: int) -> Optional[Result]:
         """Return None when stamp_ns is acceptable, else the rejection."""
         if stamp_ns == 0:
             return _reject(Reason.ZERO_STAMP, 'header stamp is 0')
-        if self.last_ns is not None:
+        if stamp_ns < 0:
+            return _reject(Reason.NEGATIVE_STAMP, f'stamp {stamp_ns} ns is before 1970')
+        b = self.bounds
+        if b.clock is not None and (b.max_future_ns is not None or b.max_age_ns is not None):
+            ahead = stamp_ns - int(b.clock())
+            if b.max_future_ns is not None and ahead > b.max_future_ns:
+                return _reject(Reason.FUTURE_STAMP, f'stamp {ahead * 1e-9:.3f} s ahead of the '
+                               f'clock (at most {b.max_future_ns * 1e-9:g} s)')
+            if b.max_age_ns is not None and -ahead > b.max_age_ns:
+                return _reject(Reason.OLD_STAMP, f'stamp {-ahead * 1e-9:.3f} s behind the '
+                               f'clock (at most {b.max_age_ns * 1e-9:g} s)')
+        if self.last_ns is not None and not self.is_reset(stamp_ns):
             if stamp_ns < self.last_ns:
                 return _reject(Reason.STAMP_BACKWARDS,
                                f'stamp {stamp_ns} ns < previous {self.last_ns} ns')
             if stamp_ns == self.last_ns and not self.allow_repeated:
                 return _reject(Reason.STAMP_REPEATED, f'stamp {stamp_ns} ns repeated')
         return None
+
+    def is_reset(self, stamp_ns: int) -> bool:
+        """Return True when stamp_ns lies reset_after_ns or more behind the last accepted one."""
+        reset_after = self.bounds.reset_after_ns
+        return (reset_after is not None and self.last_ns is not None
+                and self.last_ns - stamp_ns >= reset_after)
 
     def accept(self, stamp_ns: int) -> None:
         """Advance the state to an accepted stamp."""
@@ -143,18 +186,23 @@ class StampCheck:
         self.last_ns = None
 
 
+# Stamp rejections returned before the values are read (the message is unusable anyway).
+_EARLY = (Reason.ZERO_STAMP, Reason.NEGATIVE_STAMP)
+
+
 class _Parser:
     """Shared plumbing: exception safety, counting, and the stamp check."""
 
-    def __init__(self, check_stamps: bool, allow_repeated_stamps: bool) -> None:
+    def __init__(self, check_stamps: bool, allow_repeated_stamps: bool,
+                 bounds: StampBounds = StampBounds()) -> None:
         self.counter = RejectionCounter()
-        self.stamps = StampCheck(allow_repeated_stamps) if check_stamps else None
+        self.stamps = StampCheck(allow_repeated_stamps, bounds) if check_stamps else None
 
     def parse(self, msg: object) -> Result:
         """Parse one message; never raises (a malformed object is a rejection)."""
         try:
             result = self._parse(msg)
-        except (AttributeError, TypeError, ValueError, IndexError) as error:
+        except (AttributeError, TypeError, ValueError, IndexError, OverflowError) as error:
             result = _reject(Reason.MALFORMED, f'{type(error).__name__}: {error}')
         return self.counter.count(result)
 
@@ -166,9 +214,13 @@ class _Parser:
     def _check_stamp(self, stamp_ns: int) -> Optional[Result]:
         return None if self.stamps is None else self.stamps.check(stamp_ns)
 
-    def _accept_stamp(self, stamp_ns: int) -> None:
-        if self.stamps is not None:
-            self.stamps.accept(stamp_ns)
+    def _accept_stamp(self, stamp_ns: int) -> bool:
+        """Advance to an accepted stamp; return True when it is a time reset."""
+        if self.stamps is None:
+            return False
+        reset = self.stamps.is_reset(stamp_ns)
+        self.stamps.accept(stamp_ns)
+        return reset
 
     def reset(self) -> None:
         """Forget stamp history (counts are kept)."""
@@ -178,12 +230,18 @@ class _Parser:
 
 @dataclass(frozen=True)
 class JointSample:
-    """One JointState in the parser's joint order: arrays (n,) or None where not present."""
+    """
+    One JointState in the parser's joint order: arrays (n,) or None where not present.
+
+    time_reset: the stamp jumped back by `StampBounds.reset_after_ns` or more (the message
+    is otherwise valid): the receiver resets its time-dependent state before using it.
+    """
 
     stamp_ns: int
     position: Optional[np.ndarray]
     velocity: Optional[np.ndarray]
     effort: Optional[np.ndarray]
+    time_reset: bool = False
 
 
 class JointStateParser(_Parser):
@@ -203,8 +261,9 @@ class JointStateParser(_Parser):
                  position: FieldNeed = FieldNeed.REQUIRED,
                  velocity: FieldNeed = FieldNeed.OPTIONAL,
                  effort: FieldNeed = FieldNeed.OPTIONAL,
-                 check_stamps: bool = True, allow_repeated_stamps: bool = False) -> None:
-        super().__init__(check_stamps, allow_repeated_stamps)
+                 check_stamps: bool = True, allow_repeated_stamps: bool = False,
+                 bounds: StampBounds = StampBounds()) -> None:
+        super().__init__(check_stamps, allow_repeated_stamps, bounds)
         if joint_names is not None:
             joint_names = [str(name) for name in joint_names]
             if len(set(joint_names)) != len(joint_names) or not joint_names:
@@ -221,8 +280,9 @@ class JointStateParser(_Parser):
         cached = self._index_cache.get(names)
         if cached is not None:
             return cached
-        if len(set(names)) != len(names):
-            dup = sorted({n for n in names if names.count(n) > 1})
+        counts = Counter(names)   # linear: a 10k-name message must not stall the callback
+        if len(counts) != len(names):
+            dup = sorted(n for n, k in counts.items() if k > 1)[:10]
             result: object = _reject(Reason.DUPLICATE_JOINT, f'duplicated joints {dup}')
         else:
             lookup = {name: i for i, name in enumerate(names)}
@@ -247,7 +307,7 @@ class JointStateParser(_Parser):
             return index
         stamp_ns = stamp_to_ns(msg.header.stamp)
         bad_stamp = self._check_stamp(stamp_ns)
-        if bad_stamp is not None and bad_stamp.reason == Reason.ZERO_STAMP:
+        if bad_stamp is not None and bad_stamp.reason in _EARLY:
             return bad_stamp
         values = {}
         for field in self.FIELDS:
@@ -272,9 +332,9 @@ class JointStateParser(_Parser):
             values[field] = selected
         if bad_stamp is not None:
             return bad_stamp
-        self._accept_stamp(stamp_ns)
+        reset = self._accept_stamp(stamp_ns)
         return Result(JointSample(stamp_ns, values['position'], values['velocity'],
-                                  values['effort']))
+                                  values['effort'], reset))
 
 
 def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:
@@ -317,14 +377,15 @@ class PoseParser(_Parser):
     """
 
     def __init__(self, check_stamps: bool = True, allow_repeated_stamps: bool = False,
-                 quaternion_tolerance: float = 1e-2) -> None:
-        super().__init__(check_stamps, allow_repeated_stamps)
+                 quaternion_tolerance: float = 1e-2, bounds: StampBounds = StampBounds()
+                 ) -> None:
+        super().__init__(check_stamps, allow_repeated_stamps, bounds)
         self.quaternion_tolerance = float(quaternion_tolerance)
 
     def _parse(self, msg: object) -> Result:
         stamp_ns = stamp_to_ns(msg.header.stamp)
         bad_stamp = self._check_stamp(stamp_ns)
-        if bad_stamp is not None and bad_stamp.reason == Reason.ZERO_STAMP:
+        if bad_stamp is not None and bad_stamp.reason in _EARLY:
             return bad_stamp
         p, o = msg.pose.position, msg.pose.orientation
         position = np.array([p.x, p.y, p.z], dtype=np.float64)
@@ -339,6 +400,9 @@ class PoseParser(_Parser):
         self._accept_stamp(stamp_ns)
         return Result(PoseSample(stamp_ns, str(msg.header.frame_id), position, quaternion,
                                  yaw_from_quaternion(*quaternion)))
+
+
+MIN_SCALE = 1e-3   # command scales in [1e-3, 1e3]: 1e-300 would send 0.5 throttle as 5e299
 
 
 @dataclass(frozen=True)
@@ -364,8 +428,9 @@ class CommandMapping:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
         for name in ('throttle_scale', 'steering_scale'):
             value = float(getattr(self, name))
-            if not math.isfinite(value) or value == 0.0:
-                raise ValueError(f'{name} must be finite and non-zero, got {value}')
+            if not MIN_SCALE <= abs(value) <= 1.0 / MIN_SCALE:   # also refuses NaN
+                raise ValueError(f'{name} must have a magnitude in [{MIN_SCALE:g}, '
+                                 f'{1.0 / MIN_SCALE:g}], got {value}')
 
 
 @dataclass(frozen=True)
@@ -391,7 +456,7 @@ class CarCommandParser(_Parser):
         if hasattr(msg, 'header'):
             stamp_ns = stamp_to_ns(msg.header.stamp)
             bad_stamp = self._check_stamp(stamp_ns)
-            if bad_stamp is not None and bad_stamp.reason == Reason.ZERO_STAMP:
+            if bad_stamp is not None and bad_stamp.reason in _EARLY:
                 return bad_stamp
         if hasattr(msg, 'axes'):
             axes = np.asarray(msg.axes, dtype=np.float64)

@@ -474,7 +474,8 @@ def inertial_regressor(model: RobotModel, q: torch.Tensor, qd: torch.Tensor,
     force_body = momentum[:, :, 1] + _crf(body[:, None, 0], momentum[:, :, 0])
     force = _world_force(transforms, force_body)
     n = model.n_dof
-    columns = (motion[:, None, None] * force[None]).sum(-2) * c.subtree[:, :, None, None]
+    # Y[i, (j, p)] = S_i . f_jp over the subtree: one contraction, no (n, n, 10, 6, B) product.
+    columns = torch.einsum('ikb,jpkb->ijpb', motion, force) * c.subtree[:, :, None, None]
     return _unflat(columns.reshape(n, 10 * n, -1), batch)
 
 

@@ -88,8 +88,13 @@ def _run(args: argparse.Namespace) -> int:
                       max_iter=args.max_iter)
     summary = result.summary()
     summary.update({'urdf': str(urdf), 'data': str(args.data), 'samples': int(len(q))})
+    try:   # NaN/inf are not JSON: refuse them instead of writing an unreadable file
+        text = json.dumps(summary, indent=2, allow_nan=False)
+    except ValueError:
+        raise ValueError(f'{args.out}: identification gave non-finite values; nothing '
+                         'written') from None
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2))
+    args.out.write_text(text)
     print(f'identified {model.name} from {len(q)} samples: mean torque nMSE '
           f'{summary["nmse_mean"]:.3g} ({result.iterations} L-BFGS iterations) -> {args.out}')
     return 0

@@ -67,15 +67,18 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
              learn_inertia: Union[bool, Sequence[str]] = True,
              learn_damping: bool = False, learn_friction: bool = False,
              init: Optional[DynamicsParams] = None, prior_weight: float = 1e-8,
-             max_iter: int = 500, chunk: int = 2000) -> IdentificationResult:
+             max_iter: int = 500, chunk: int = 2000,
+             memory_budget: int = 256 * 2 ** 20) -> IdentificationResult:
     """
     Fit a `LearnableRigidBody` to samples (N, n) of q, qd, qdd, tau (numpy or torch).
 
     learn_inertia: True (all moving links), or a list of link names; learn_damping /
     learn_friction: fit viscous / Coulomb coefficients too. init: starting parameters
     (default: the URDF's). prior_weight: weight of ||phi - phi_init||^2 relative to the
-    normalised torque error. Raises ValueError on bad shapes, non-finite data or constant
-    torques (nMSE undefined).
+    normalised torque error. chunk: most samples per regressor pass; memory_budget (bytes)
+    lowers it for many links, since one sample's regressor is (n, 10 n): the peak is the
+    budget plus the (10 n)-square Gram matrix, whatever the number of samples. Raises
+    ValueError on bad shapes, non-finite data or constant torques (nMSE undefined).
     """
     n = model.n_dof
     arrays = [_as_tensor(name, value, n) for name, value in
@@ -98,6 +101,8 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
         _load_init(module, init)
     use_damping, use_friction = module.use_damping, module.use_friction
     size = 10 * n + n * use_damping + n * use_friction
+    # About six float64 copies of a sample's (n, size) regressor are alive at once.
+    chunk = max(1, min(chunk, memory_budget // (6 * 8 * n * size)))
     gram = torch.zeros(size, size, dtype=torch.float64)
     rhs = torch.zeros(size, dtype=torch.float64)
     total = float((tau_t ** 2 * weight).sum())
@@ -146,7 +151,8 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
     state = optimizer.state[trainable[0]]
     final = float(closure().detach())
     with torch.no_grad():
-        predicted = module.rnea(q_t, qd_t, qdd_t)
+        predicted = torch.cat([module.rnea(q_t[k:k + chunk], qd_t[k:k + chunk],
+                                           qdd_t[k:k + chunk]) for k in range(0, count, chunk)])
         nmse = ((predicted - tau_t) ** 2).mean(0) / variance
     return IdentificationResult(module=module, nmse=nmse.numpy(),
                                 iterations=int(state.get('n_iter', 0)), loss=final)

@@ -13,6 +13,7 @@ body is expressed in its joint frame (= the URDF child-link frame) about that fr
 """
 from dataclasses import dataclass, field
 import io
+import math
 import os
 import threading
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -280,17 +281,26 @@ def _safe_xml_bytes(source: Union[str, os.PathLike, bytes]) -> Tuple[bytes, str]
     return data, label
 
 
-def _check_inertial(link: yourdfpy.Link, label: str
+def _check_inertial(link: yourdfpy.Link, label: str, moves: bool
                     ) -> Optional[Tuple[float, np.ndarray, np.ndarray]]:
-    """Return (mass, com, inertia about com in the link frame) or None if absent."""
+    """
+    Return (mass, com, inertia about com in the link frame) or None if absent.
+
+    Every value must be finite. Physical consistency is checked only for links that move:
+    links fixed to the base never enter the dynamics, and many real URDFs give a fixed base
+    a zero mass with a non-zero inertia (Pinocchio loads those too).
+    """
     inertial = link.inertial
     if inertial is None or inertial.mass is None:
         return None
     mass = float(inertial.mass)
     origin = inertial.origin if inertial.origin is not None else np.eye(4)
     inertia = inertial.inertia if inertial.inertia is not None else np.zeros((3, 3))
-    if not np.all(np.isfinite(inertia)) or not np.isfinite(mass):
+    if not np.all(np.isfinite(inertia)) or not np.isfinite(mass) \
+            or not np.all(np.isfinite(origin)):
         raise URDFError(f'{label}: link {link.name!r} has a non-finite inertial')
+    if not moves:
+        return None
     if mass < 0.0:
         raise URDFError(f'{label}: link {link.name!r} has negative mass {mass}')
     rot = origin[:3, :3]
@@ -316,7 +326,7 @@ def _add_joint(joint: yourdfpy.Joint, label: str, types: List[int], axes: List[n
     axis = np.asarray(joint.axis if joint.axis is not None else (1.0, 0.0, 0.0),
                       dtype=np.float64)
     norm = float(np.linalg.norm(axis))
-    if not np.isfinite(norm) or norm < 1e-9:
+    if not np.all(np.isfinite(axis)) or norm < 1e-9:
         raise URDFError(f'{label}: joint {joint.name!r} has a zero or invalid axis '
                         f'{axis.tolist()}')
     types.append(_MOVING_TYPES[joint.type])
@@ -332,8 +342,12 @@ def _add_joint(joint: yourdfpy.Joint, label: str, types: List[int], axes: List[n
     dyn = joint.dynamics
     damping.append(float(dyn.damping) if dyn is not None and dyn.damping else 0.0)
     friction.append(float(dyn.friction) if dyn is not None and dyn.friction else 0.0)
+    if not (math.isfinite(damping[-1]) and math.isfinite(friction[-1])):
+        raise URDFError(f'{label}: joint {joint.name!r} has non-finite damping or friction')
     if damping[-1] < 0.0 or friction[-1] < 0.0:
         raise URDFError(f'{label}: joint {joint.name!r} has negative damping or friction')
+    if any(math.isnan(values[-1]) for values in (lower, upper, velocity, effort)):
+        raise URDFError(f'{label}: joint {joint.name!r} has a NaN limit')
     if lower[-1] > upper[-1]:
         raise URDFError(f'{label}: joint {joint.name!r} has lower limit {lower[-1]} above '
                         f'upper limit {upper[-1]}')
@@ -421,12 +435,14 @@ def load_urdf(source: Union[str, os.PathLike, bytes],
         link_names.append(link_name)
         link_bodies.append(body)
         link_offsets.append(offset)
-        inertial = _check_inertial(links[link_name], label)
-        if inertial is not None and body != ROOT and inertial[0] > 0.0:
+        inertial = _check_inertial(links[link_name], label, moves=body != ROOT)
+        if inertial is not None and inertial[0] > 0.0:
             inertias[body] = inertias[body] + _shift_inertia(*inertial, offset)
             body_has_mass[body] = True
         for child in reversed(children[link_name]):
             origin = child.origin if child.origin is not None else np.eye(4)
+            if not np.all(np.isfinite(origin)):
+                raise URDFError(f'{label}: joint {child.name!r} has a non-finite origin')
             moving = None if child.type == 'fixed' else child
             stack.append((child.child, body, offset @ origin, moving))
     if len(visited) != len(links):
@@ -439,6 +455,8 @@ def load_urdf(source: Union[str, os.PathLike, bytes],
                             'a missing or zero mass; give it a positive <inertial> mass')
     if not joint_names:
         raise URDFError(f'{label}: robot {robot.name!r} has no moving joints')
+    if len(gravity) != 3 or not all(math.isfinite(float(g)) for g in gravity):
+        raise URDFError(f'{label}: gravity must be three finite values, got {list(gravity)}')
 
     def tensor(values: Sequence) -> torch.Tensor:
         return torch.tensor(np.asarray(values, dtype=np.float64))

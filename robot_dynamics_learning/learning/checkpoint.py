@@ -2,11 +2,20 @@
 Checkpoints: weights, config, normalisation, target convention and joint order in one file.
 
 Writes are atomic (temp file in the same folder, fsync, os.replace, fsync of the folder), so
-a reader never sees a half-written checkpoint. Reads use `torch.load(weights_only=True)`: the
-file holds only tensors and plain Python values, never pickled code. The model is rebuilt
-through the registry and refused on a joint-name, model-type or config mismatch.
+a reader never sees a half-written checkpoint; a temporary file left by a writer killed
+mid-write is removed at the next save. Reads use `torch.load(weights_only=True)`: the file
+holds only tensors and plain Python values, never pickled code. Before anything is built, a
+checkpoint is checked: a SHA-256 of its tensors (a flipped bit anywhere in the weights is
+refused), every floating tensor finite, feature widths within MAX_FEATURES, and the tensor
+shapes equal to those of the model its config describes (built on the meta device, which
+allocates nothing). Every failure is a `ValueError` naming the file and the reason, so
+`CheckpointDirectory.load_latest` falls back to the previous file for all of them; only a
+`CheckpointMismatch` (other joints, model type or config than the caller expects) is raised
+at once.
 """
+import hashlib
 import logging
+import math
 import os
 from pathlib import Path
 import re
@@ -14,11 +23,39 @@ import tempfile
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.models.base import DynamicsModel
-from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.models.registry import (build_model, model_builder,
+                                                     URDF_MODEL_TYPES)
 import torch
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MAX_FEATURES = 100_000   # bound on n_obs, n_act, n_target before anything is allocated
 LOG = logging.getLogger(__name__)
+
+
+class CheckpointMismatch(ValueError):
+    """A valid checkpoint for other joints, another model type or another config."""
+
+
+class CorruptCheckpoint(ValueError):
+    """
+    A file that is not a usable checkpoint; `reason` is a short stable category for counters.
+
+    Reasons: unreadable, malformed, checksum, non_finite, size, config, convention.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def tensor_checksum(state_dict: Dict[str, torch.Tensor]) -> str:
+    """Return the SHA-256 (hex) of names, dtypes, shapes and bytes of the tensors, by name."""
+    digest = hashlib.sha256()
+    for key in sorted(state_dict):
+        tensor = state_dict[key].detach().cpu().contiguous()
+        digest.update(f'{key}|{tensor.dtype}|{tuple(tensor.shape)}|'.encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 class LoadedCheckpoint(NamedTuple):
@@ -38,6 +75,7 @@ def checkpoint_payload(model: DynamicsModel, joint_names: Sequence[str] = (),
     model_type = getattr(model, 'model_type', None)
     if model_type is None:
         raise ValueError(f'{type(model).__name__} was not built by the registry (no model_type)')
+    state_dict = {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
     return {
         'format_version': FORMAT_VERSION,
         'model_type': model_type,
@@ -46,8 +84,8 @@ def checkpoint_payload(model: DynamicsModel, joint_names: Sequence[str] = (),
         'target_convention': model.target_convention,
         'joint_names': [str(name) for name in joint_names],
         'metadata': dict(metadata or {}),
-        'state_dict': {key: value.detach().cpu().clone()
-                       for key, value in model.state_dict().items()},
+        'state_dict': state_dict,
+        'checksum': tensor_checksum(state_dict),
     }
 
 
@@ -83,19 +121,92 @@ def load_checkpoint(path: Path, joint_names: Optional[Sequence[str]] = None,
     """
     Load a checkpoint with weights_only=True and rebuild its model through the registry.
 
-    joint_names, model_type, config: what the caller expects; a difference is a ValueError
-    that names it (a model trained for other joints or another architecture is never used).
+    joint_names, model_type, config: what the caller expects; a difference is a
+    `CheckpointMismatch` that names it (a model trained for other joints or another
+    architecture is never used). Any other defect is a ValueError naming the file.
     """
     path = Path(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise
-    except Exception as error:  # torch raises several types for truncated or foreign files
-        raise ValueError(f'{path}: not a readable checkpoint ({type(error).__name__}: {error})'
-                         ) from error
+    except Exception as error:  # noqa: B902 - torch raises many types for foreign files
+        raise CorruptCheckpoint('unreadable', f'{path}: not a readable checkpoint '
+                                f'({type(error).__name__}: {_first_line(error)})') from error
     return LoadedCheckpoint(*model_from_payload(payload, joint_names, model_type, config,
                                                 source=str(path)), path)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ''
+
+
+def _check_payload(payload: Any, source: str) -> None:
+    """Refuse (`CorruptCheckpoint` naming the field) a malformed, corrupt or non-finite payload."""
+    def refuse(reason: str, text: str) -> None:
+        raise CorruptCheckpoint(reason, f'{source}: {text}')
+
+    if not isinstance(payload, dict) or payload.get('format_version') != FORMAT_VERSION:
+        refuse('malformed', f'not a robot_dynamics_learning checkpoint of format '
+               f'{FORMAT_VERSION}')
+    kinds = {'model_type': str, 'config': dict, 'dims': dict, 'target_convention': str,
+             'joint_names': list, 'metadata': dict, 'state_dict': dict, 'checksum': str}
+    for key, kind in kinds.items():
+        if not isinstance(payload.get(key), kind):
+            refuse('malformed', f'field {key!r} is missing or not a {kind.__name__}')
+    for name in ('n_obs', 'n_act', 'n_target'):
+        value = payload['dims'].get(name)
+        if type(value) is not int or not 0 <= value <= MAX_FEATURES:
+            refuse('malformed', f'dims.{name} must be an int in [0, {MAX_FEATURES}], got '
+                   f'{value!r}')
+    if not all(isinstance(name, str) for name in payload['joint_names']):
+        refuse('malformed', 'joint_names must be strings')
+    state = payload['state_dict']
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            refuse('malformed', f'state_dict entry {key!r} is not a named tensor')
+    if tensor_checksum(state) != payload['checksum']:
+        refuse('checksum', 'tensor checksum mismatch (the file is corrupt)')
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            refuse('non_finite', f'tensor {key!r} has NaN or inf values')
+    for key, value in payload['metadata'].items():
+        if isinstance(value, float) and not math.isfinite(value):
+            refuse('non_finite', f'metadata {key!r} is not finite ({value})')
+    steps = payload['metadata'].get('steps', 0)
+    if type(steps) is not int or steps < 0:
+        refuse('malformed', f'metadata steps must be an int >= 0, got {steps!r}')
+
+
+def _check_shapes(payload: Dict[str, Any], source: str) -> None:
+    """
+    Compare the saved tensor shapes with the model its config describes, allocating nothing.
+
+    The model is built on the meta device, so a config declaring absurd sizes is refused
+    here instead of allocating them; names must match, and parameter shapes. URDF models
+    are skipped (`URDF_MODEL_TYPES`): `load_state_dict` compares theirs after the build.
+    """
+    if payload['model_type'] in URDF_MODEL_TYPES:
+        return
+    dims = payload['dims']
+    try:
+        with torch.device('meta'):
+            shell = build_model(payload['model_type'], payload['config'], dims['n_obs'],
+                                dims['n_act'], dims['n_target'])
+    except (RuntimeError, TypeError, KeyError, ValueError) as error:   # e.g. sizes overflow
+        raise CorruptCheckpoint('size', f'{source}: config does not build a model: '
+                                f'{_first_line(error)}') from None
+    # Parameters are sized by the config; buffers may be sized by data (a GP's training set).
+    shapes = {key: tuple(value.shape) for key, value in payload['state_dict'].items()}
+    expected = {key: tuple(value.shape) for key, value in shell.named_parameters()}
+    saved = {key: shapes[key] for key in shapes if key in expected}
+    if expected != saved or set(shapes) != set(shell.state_dict()):
+        differ = sorted(key for key in set(shell.state_dict()) ^ set(shapes)
+                        | {k for k in expected if expected[k] != saved.get(k)})[:5]
+        listed = ', '.join(f'{k}: {shapes.get(k)}, {expected.get(k)}' for k in differ)
+        raise CorruptCheckpoint('size', f'{source}: tensors do not fit the model of its config '
+                                f'(name: saved, expected): {listed}')
 
 
 def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None,
@@ -107,33 +218,48 @@ def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None
     Rebuild the model of a `checkpoint_payload` dict through the registry (eval mode).
 
     Returns (model, model_type, config, joint_names, metadata). joint_names, model_type,
-    config: what the caller expects; a difference is a ValueError naming `source` and what
-    differs.
+    config: what the caller expects; a difference is a `CheckpointMismatch` naming `source`
+    and what differs. A malformed, corrupt or non-finite payload is a ValueError, raised
+    before the model is allocated.
     """
-    if not isinstance(payload, dict) or payload.get('format_version') != FORMAT_VERSION:
-        raise ValueError(f'{source}: not a robot_dynamics_learning checkpoint of format '
-                         f'{FORMAT_VERSION}')
+    _check_payload(payload, source)
     saved_joints = list(payload['joint_names'])
     if joint_names is not None and list(joint_names) != saved_joints:
-        raise ValueError(f'{source}: joint names {saved_joints} do not match the expected '
-                         f'{list(joint_names)} (order matters)')
+        raise CheckpointMismatch(f'{source}: joint names {saved_joints} do not match the '
+                                 f'expected {list(joint_names)} (order matters)')
     if model_type is not None and model_type != payload['model_type']:
-        raise ValueError(f"{source}: model type '{payload['model_type']}' does not match the "
-                         f"expected '{model_type}'")
+        raise CheckpointMismatch(f"{source}: model type '{payload['model_type']}' does not "
+                                 f"match the expected '{model_type}'")
+    try:
+        model_builder(payload['model_type']).config_class.from_dict(payload['config'])
+    except (TypeError, KeyError, ValueError) as error:   # unknown type, bad config value
+        raise CorruptCheckpoint('config', f'{source}: invalid model type or config '
+                                f'({type(error).__name__}: {error})') from None
+    _check_shapes(payload, source)
     dims = payload['dims']
-    model = build_model(payload['model_type'], payload['config'], dims['n_obs'], dims['n_act'],
-                        dims['n_target'])
+    try:
+        model = build_model(payload['model_type'], payload['config'], dims['n_obs'],
+                            dims['n_act'], dims['n_target'])
+    except (TypeError, KeyError, ValueError) as error:   # e.g. the config's URDF is gone
+        raise CorruptCheckpoint('config', f'{source}: config does not build a model '
+                                f'({type(error).__name__}: {error})') from None
     if config is not None:
         expected = type(model.config).from_dict(config).to_dict()
         if expected != payload['config']:
             diff = {key: (payload['config'].get(key), value) for key, value in expected.items()
                     if payload['config'].get(key) != value}
-            raise ValueError(f'{source}: config differs from the expected one (saved, expected): '
-                             f'{diff}')
+            raise CheckpointMismatch(f'{source}: config differs from the expected one (saved, '
+                                     f'expected): {diff}')
     if model.target_convention != payload['target_convention']:
-        raise ValueError(f"{source}: target convention '{payload['target_convention']}' differs "
-                         f"from this code's '{model.target_convention}'")
-    model.load_state_dict(payload['state_dict'])
+        saved_convention = payload['target_convention']
+        raise CorruptCheckpoint('convention', f'{source}: target convention '
+                                f"'{saved_convention}' differs from this code's "
+                                f"'{model.target_convention}'")
+    try:
+        model.load_state_dict(payload['state_dict'])
+    except RuntimeError as error:   # missing, unexpected or wrong-shaped tensors
+        raise CorruptCheckpoint('size', f'{source}: weights do not fit the model: '
+                                f'{_first_line(error)}') from None
     model.eval()
     return model, payload['model_type'], payload['config'], saved_joints, payload['metadata']
 
@@ -166,6 +292,7 @@ class CheckpointDirectory:
         self.keep_last = keep_last
         self.prefix = prefix
         self._pattern = re.compile(rf'{re.escape(prefix)}_(\d+)\.pt')
+        self.skipped: Dict[str, int] = {}   # checkpoints skipped by load_latest, per reason
 
     def paths(self) -> List[Path]:
         """Return checkpoint paths, oldest first (by number)."""
@@ -177,7 +304,15 @@ class CheckpointDirectory:
 
     def save(self, model: DynamicsModel, joint_names: Sequence[str] = (),
              metadata: Optional[Dict[str, Any]] = None) -> Path:
-        """Save the next numbered checkpoint atomically, then prune to `keep_last`."""
+        """
+        Save the next numbered checkpoint atomically, then prune to `keep_last`.
+
+        Temporary files of this prefix left by a writer killed mid-write are removed first
+        (one writer per folder and prefix, so none of them can still be in use).
+        """
+        for stale in self.folder.glob(f'.{self.prefix}_*.pt.*.tmp'):
+            LOG.warning('removing the temporary file %s of an interrupted save', stale)
+            stale.unlink(missing_ok=True)
         existing = self.paths()
         number = int(self._pattern.fullmatch(existing[-1].name).group(1)) + 1 if existing else 0
         path = save_checkpoint(self.folder / f'{self.prefix}_{number:06d}.pt', model,
@@ -190,10 +325,10 @@ class CheckpointDirectory:
                     model_type: Optional[str] = None,
                     config: Optional[Dict[str, Any]] = None) -> LoadedCheckpoint:
         """
-        Load the newest checkpoint that is valid; fall back to older ones when it is corrupt.
+        Load the newest checkpoint that is valid; fall back to older ones for any defect.
 
-        A mismatch of joints, type or config is not corruption: it raises at once, because
-        an older file from the same run would not match either.
+        A mismatch of joints, type or config (`CheckpointMismatch`) is not corruption: it
+        raises at once, because an older file from the same run would not match either.
         """
         paths = self.paths()
         if not paths:
@@ -201,23 +336,10 @@ class CheckpointDirectory:
         errors = []
         for path in reversed(paths):
             try:
-                payload_ok = self._readable(path)
-            except ValueError as error:
-                LOG.error('skipping corrupt checkpoint %s: %s', path, error)
-                errors.append(f'{path.name}: {error}')
-                continue
-            if payload_ok:
                 return load_checkpoint(path, joint_names, model_type, config)
+            except (CorruptCheckpoint, OSError) as error:   # corrupt, or removed meanwhile
+                reason = error.reason if isinstance(error, CorruptCheckpoint) else 'unreadable'
+                self.skipped[reason] = self.skipped.get(reason, 0) + 1
+                LOG.error('skipping corrupt checkpoint %s (%s): %s', path, reason, error)
+                errors.append(f'{path.name}: {error}')
         raise ValueError(f'no valid checkpoint in {self.folder}: ' + '; '.join(errors))
-
-    @staticmethod
-    def _readable(path: Path) -> bool:
-        """Return True if the file loads as a checkpoint; raise ValueError if corrupt."""
-        try:
-            payload = torch.load(path, map_location='cpu', weights_only=True)
-        except Exception as error:  # truncated zip, foreign pickle, I/O error
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ''
-            raise ValueError(f'{type(error).__name__}: {first_line}') from error
-        if not isinstance(payload, dict) or payload.get('format_version') != FORMAT_VERSION:
-            raise ValueError('not a checkpoint of this format')
-        return True

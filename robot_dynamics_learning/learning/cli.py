@@ -22,7 +22,7 @@ from robot_dynamics_learning.learning.metrics import (multi_step_batch, multi_st
                                                       nmse_per_output, predict_batches,
                                                       rmse_per_output)
 from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
-from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.signals.offline import savgol_derivative
 import torch
 import yaml
@@ -34,18 +34,45 @@ DATA_KEYS = {'problem', 'window', 'stride', 'val_fraction', 'joint_topic', 'comm
 
 
 def load_config(path: Path) -> Dict[str, Any]:
-    """Read and check a training YAML (keys model_type, model, training, data)."""
-    config = yaml.safe_load(Path(path).read_text()) or {}
-    unknown = sorted(set(config) - CONFIG_KEYS)
+    """
+    Read and check a training YAML (keys model_type, model, training, data).
+
+    Everything is validated here, before any data is read: the model and training sections
+    by their config classes (finite numbers, ranges), the data section's numbers by range.
+    Any defect is a ValueError naming the file and the field.
+    """
+    try:
+        config = yaml.safe_load(Path(path).read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ValueError(f'{path}: not a YAML file ({type(error).__name__})') from None
+    if not isinstance(config, dict):
+        raise ValueError(f'{path}: a training config is a mapping, got {type(config).__name__}')
+    unknown = sorted(str(key) for key in set(config) - CONFIG_KEYS)
     if unknown or 'model_type' not in config:
         raise ValueError(f'{path}: needs model_type; allowed keys {sorted(CONFIG_KEYS)}, '
                          f'unknown {unknown}')
-    data = config.setdefault('data', {})
-    unknown = sorted(set(data) - DATA_KEYS)
+    for section in ('model', 'training', 'data'):
+        if not isinstance(config.setdefault(section, {}) or {}, dict):
+            raise ValueError(f'{path}: {section} must be a mapping')
+        config[section] = config[section] or {}
+    data = config['data']
+    unknown = sorted(str(key) for key in set(data) - DATA_KEYS)
     if unknown:
         raise ValueError(f'{path}: unknown data key(s) {unknown}; allowed {sorted(DATA_KEYS)}')
     if data.get('problem', 'inverse') not in ('inverse', 'forward'):
         raise ValueError(f"{path}: data.problem must be 'inverse' or 'forward'")
+    checks = {'window': lambda v: type(v) is int and 1 <= v <= 100_000,
+              'stride': lambda v: v is None or (type(v) is int and 1 <= v <= 100_000),
+              'val_fraction': lambda v: isinstance(v, (int, float)) and 0.0 <= v < 1.0,
+              'acc_window_s': lambda v: isinstance(v, (int, float)) and 0.0 < v <= 60.0}
+    for key, valid in checks.items():
+        if key in data and not valid(data[key]):
+            raise ValueError(f'{path}: data.{key} is out of range: {data[key]!r}')
+    try:
+        model_builder(str(config['model_type'])).config_class.from_dict(config['model'])
+        TrainConfig.from_dict(config['training'])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f'{path}: {error}') from None
     return config
 
 

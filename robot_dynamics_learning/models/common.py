@@ -5,6 +5,7 @@ Normalisation lives inside each model as buffers so that it is saved and loaded 
 weights (DESIGN.md): a checkpoint never needs a side file of statistics.
 """
 import dataclasses
+import math
 from typing import Any, Dict, Optional, Sequence, Type, TypeVar
 
 from robot_dynamics_learning.models.base import (check_finite, DynamicsModel, SequenceBatch,
@@ -13,6 +14,15 @@ import torch
 from torch import nn
 
 ConfigT = TypeVar('ConfigT', bound='ModelConfig')
+
+
+def _all_finite(value: Any) -> bool:
+    """Return False when a float in value (or in its nested lists and tuples) is NaN or inf."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_all_finite(item) for item in value)
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +37,9 @@ class ModelConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f'{cls.__name__}: unknown key(s) {unknown}; known: {sorted(known)}')
+        for key, value in values.items():   # configs come from YAML, JSON and checkpoints
+            if not _all_finite(value):
+                raise ValueError(f'{cls.__name__}.{key} must be finite, got {value!r}')
         return cls(**values)
 
     def to_dict(self) -> Dict[str, Any]:

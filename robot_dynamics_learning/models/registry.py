@@ -35,6 +35,9 @@ _REGISTRY: Dict[str, Tuple[str, str]] = {
 }
 
 MODEL_TYPES = tuple(_REGISTRY)
+# Built from a URDF file into CPU constants, so not on the meta device: a checkpoint's tensor
+# shapes are compared with them after the build (their sizes are the URDF's, not the file's).
+URDF_MODEL_TYPES = ('rigid_body', 'hybrid')
 
 
 def model_builder(model_type: str) -> Callable[..., DynamicsModel]:

@@ -16,6 +16,7 @@ state stays stale. A state whose stamp is not newer than the last one is dropped
 one stamped more than stale_timeout_s in the future too, and after a brake the node only
 drives again from a state stamped after the one the brake was judged on. A tick whose solve
 misses budget_s, fails, or finds the state stale sends the brake too.
+use_sim_time cannot change at run time (refused): without /clock it would stop both timers.
 Counters (commands, brake_*, rejected_*) and solve-time percentiles go to /diagnostics twice
 a second.
 """
@@ -36,9 +37,10 @@ from robot_dynamics_learning.control.nlp import make_optimizer, SOLVERS
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
-from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping, stamp_to_ns,
-                                                       twist_msg)
+from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping, PoseParser,
+                                                       stamp_to_ns, twist_msg)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
 import torch
 
@@ -90,6 +92,7 @@ class CarMPCNode(Node):
         declare('actuation_delay_s', 0.0, 'transport and actuation delay added to the '
                 'predicted latency (s)', 0.0, 0.5)
         get = self.get_parameter
+        refuse_clock_changes(self)   # sim time without /clock would stop the watchdog
         torch.set_num_threads(int(get('torch_threads').value))
         self.mapping = CommandMapping(throttle_scale=get('throttle_scale').value,
                                       steering_scale=get('steering_scale').value)
@@ -120,6 +123,7 @@ class CarMPCNode(Node):
                                f' lap), model {self.model_path}, warm-up {warm:.1f} s')
         self._lock = threading.Lock()
         self._solve_lock = threading.Lock()
+        self.pose_parser = PoseParser(check_stamps=False)   # stamps: _accept, per topic
         self._pose: Optional[tuple] = None
         self._twist: Optional[tuple] = None
         self._state: Optional[tuple] = None  # newest complete (stamp_ns, (6,) state)
@@ -171,9 +175,17 @@ class CarMPCNode(Node):
         self.get_logger().info(f'loaded car model {paths[-1]}')
 
     def _on_pose(self, msg: PoseStamped) -> None:
-        q = msg.pose.orientation
-        yaw = float(np.arctan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y ** 2 + q.z ** 2)))
-        values = (msg.pose.position.x, msg.pose.position.y, yaw)
+        # The shared parser: a zero or garbage quaternion is refused, not turned into a yaw.
+        result = self.pose_parser.parse(msg)
+        if not result.ok:
+            key = f'rejected_pose_{result.reason.value}'
+            with self._lock:
+                self.counts[key] = self.counts.get(key, 0) + 1
+            self.get_logger().warn(f'dropped a pose: {result.reason.value} ({result.detail})',
+                                   throttle_duration_sec=2.0)
+            return
+        pose = result.value
+        values = (pose.position[0], pose.position[1], pose.yaw)
         with self._lock:
             if self._accept(msg.header.stamp, values, self._pose):
                 self._pose = (stamp_to_ns(msg.header.stamp), values)
@@ -229,7 +241,13 @@ class CarMPCNode(Node):
             self.get_logger().warn(f'braking: {reason}')
         self._braking = True
         self._brake_stamp = -1 if self._state is None else self._state[0]
-        self.mpc.reset()
+        # TrackMPC is not thread-safe: while a tick solves, its reset waits for the tick,
+        # which resets after the solve (it sees the brake stamp); the brake is not delayed.
+        if self._solve_lock.acquire(blocking=False):
+            try:
+                self.mpc.reset()
+            finally:
+                self._solve_lock.release()
         brake = CarCommand(None, *self.config.brake_command)
         self.pub_command.publish(twist_msg(brake, self.mapping))
         if self.pub_gz is not None:

@@ -3,13 +3,15 @@ car_state_estimator: mocap PoseStamped -> smoothed planar pose and body-frame ve
 
 Subscribes `mocap_pose` (`geometry_msgs/PoseStamped`, sensor-data QoS, e.g. remapped to
 `/vrpn_mocap/<body>/pose`). Every pose is validated twice: the message parser (data/messages:
-NaN, bad quaternion, zero or backward stamps) and the estimator (signals/mocap: out-of-order
-stamps, jumps beyond max_speed * dt + jump_margin). Accepted poses feed a causal local
-polynomial fit; accepted poses publish (at most publish_rate_hz times a second, so that
-subscribers are not flooded at the mocap rate) `car/pose` (PoseStamped, smoothed) and
-`car/twist` (TwistStamped: linear.x = vx, linear.y = vy in the car frame (m/s), angular.z =
-yaw rate (rad/s)), both with the mocap stamp. Rejections are counted per reason, logged and
-published on /diagnostics (keys parser_<reason> and rejected_<reason>) twice a second.
+NaN, bad quaternion, zero or backward stamps, stamps more than max_future_stamp_s ahead of the
+node clock: one such pose would otherwise hide every real one after it) and the estimator
+(signals/mocap: out-of-order stamps, jumps beyond max_speed * dt + jump_margin). Accepted poses
+feed a causal local polynomial fit; accepted poses publish (at most publish_rate_hz times a
+second, so that subscribers are not flooded at the mocap rate) `car/pose` (PoseStamped,
+smoothed) and `car/twist` (TwistStamped: linear.x = vx, linear.y = vy in the car frame (m/s),
+angular.z = yaw rate (rad/s)), both with the mocap stamp. Rejections are counted per reason,
+logged and published on /diagnostics (keys parser_<reason> and rejected_<reason>) twice a
+second.
 """
 import functools
 
@@ -20,6 +22,8 @@ from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, PoseParser, time_msg
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import (declare_stamp_bounds,
+                                                      refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.mocap import MocapEstimator, MocapEstimatorConfig
 
@@ -49,7 +53,8 @@ class CarStateEstimatorNode(Node):
             window_s=get('window_s').value, order=get('order').value,
             min_samples=get('min_samples').value, max_speed=get('max_speed').value,
             jump_margin=get('jump_margin').value, relock_after=get('relock_after').value))
-        self.parser = PoseParser()
+        refuse_clock_changes(self)
+        self.parser = PoseParser(bounds=declare_stamp_bounds(self, max_future_s=0.5))
         self.frame_id = get('frame_id').value
         rate = float(get('publish_rate_hz').value)
         self.publish_period_ns = int(1e9 / rate) if rate > 0 else 0

@@ -39,8 +39,10 @@ from robot_dynamics_learning.learning.trainer_process import ProcessConfig, Proc
 from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
                                                        JointStateParser,
-                                                       PredictedTorquePublisher, stamp_to_ns)
+                                                       PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import (declare_stamp_bounds,
+                                                      refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node, take_pending
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.arm import find_urdf
@@ -81,11 +83,15 @@ class DynamicsLearnerNode(Node):
         if self.torque_source not in ('effort', 'command'):
             raise ValueError(f"torque_source must be 'effort' or 'command', got "
                              f"'{self.torque_source}'")
+        # Stamps bounded against the node clock; a jump back by time_reset_s is a reset,
+        # flagged by the parser only once the whole message is valid.
+        refuse_clock_changes(self)
         self.parser = JointStateParser(names or None, position=FieldNeed.REQUIRED,
                                        velocity=FieldNeed.REQUIRED,
-                                       effort=FieldNeed.OPTIONAL)
+                                       effort=FieldNeed.OPTIONAL,
+                                       bounds=declare_stamp_bounds(
+                                           self, reset_after_s=get('time_reset_s').value))
         self.command_parser = ArrayParser(len(names) if names else None)
-        self.reset_after = get('time_reset_s').value
         self.time_resets = 0
         self.predict_only = 0
         self.learner: Optional[ContinualLearner] = None
@@ -261,13 +267,13 @@ class DynamicsLearnerNode(Node):
 
     def _handle_joint_state(self, msg: JointState) -> None:
         received = time.perf_counter()
-        if self._is_time_reset(msg):
-            self.parser.reset()
         result = self.parser.parse(msg)
         if not result.ok:
             self._log_rejection(result)
             return
         sample = result.value
+        if sample.time_reset:
+            self._time_reset()
         if self.learner is None:
             self._build(list(self.parser.joint_names))
         torque = sample.effort if self.torque_source == 'effort' else self._last_command
@@ -285,22 +291,14 @@ class DynamicsLearnerNode(Node):
         if self.record is not None and target is not None:
             self.record.add(stamp, target, mean, self.learner.prequential.nmse())
 
-    def _is_time_reset(self, msg: JointState) -> bool:
-        """Return True (and reset learning state) when time jumped back by time_reset_s."""
-        last = self.parser.stamps.last_ns
-        try:
-            stamp_ns = stamp_to_ns(msg.header.stamp)
-        except (AttributeError, TypeError, ValueError):
-            return False   # malformed: the parser rejects and counts it
-        if last is None or (last - stamp_ns) * 1e-9 < self.reset_after:
-            return False
+    def _time_reset(self) -> None:
+        """Reset learning state: a valid message went back in time by time_reset_s or more."""
         self.time_resets += 1
         if self.learner is not None:
             self.learner.reset()
             self.stream.reset()
-        self.get_logger().warn(f'time went back by {(last - stamp_ns) * 1e-9:.3f} s: '
-                               'treated as a reset (looping bag or restarted clock)')
-        return True
+        self.get_logger().warn('time went back by more than time_reset_s: treated as a reset '
+                               '(looping bag or restarted clock)')
 
     def _log_rejection(self, result) -> None:
         now = time.monotonic()
@@ -315,6 +313,9 @@ class DynamicsLearnerNode(Node):
                   for key, value in self.parser.counter.as_dict().items()}
         values.update(time_resets=self.time_resets, predict_only=self.predict_only,
                       commands_rejected=self.command_parser.counter.total_rejected)
+        if self.checkpoints is not None:
+            values.update({f'checkpoints_skipped_{reason}': n
+                           for reason, n in self.checkpoints.skipped.items()})
         values.update(self.latency.summary())
         if self.learner is not None:
             values.update(self.learner.diagnostics())

@@ -24,8 +24,10 @@ from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, P
 from robot_dynamics_learning.learning.prequential import LatencyLog, PrequentialError
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, JointStateParser,
-                                                       PredictedTorquePublisher, stamp_to_ns)
+                                                       PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import (declare_stamp_bounds,
+                                                      refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from sensor_msgs.msg import JointState
@@ -55,13 +57,16 @@ class TorquePredictorNode(Node):
         if not folder:
             raise ValueError('parameter checkpoint_dir must name a folder of checkpoints')
         self.checkpoints = CheckpointDirectory(Path(folder))
-        self.reset_after = get('time_reset_s').value
+        refuse_clock_changes(self)
+        self._bounds = declare_stamp_bounds(self, reset_after_s=get('time_reset_s').value)
+        self._last_log = time.monotonic()
         self._accel_window = get('accel_window').value
         self._history_size = get('history_size').value
         self._lock = threading.Lock()
         self._model: Optional[DynamicsModel] = None
         self._version = 0
         self._loaded_path: Optional[Path] = None
+        self._tried_path: Optional[Path] = None
         self.loads = 0
         self.load_errors = 0
         self.time_resets = 0
@@ -85,8 +90,9 @@ class TorquePredictorNode(Node):
     def _poll(self) -> None:
         """Load the newest valid checkpoint if it is not the one in use."""
         paths = self.checkpoints.paths()
-        if not paths or paths[-1] == self._loaded_path:
-            return
+        if not paths or paths[-1] in (self._loaded_path, self._tried_path):
+            return   # a refused newest file is refused (logged, counted) once, not every poll
+        self._tried_path = paths[-1]
         try:
             loaded = self.checkpoints.load_latest(self.joint_names)
         except (ValueError, FileNotFoundError, OSError) as error:
@@ -102,7 +108,7 @@ class TorquePredictorNode(Node):
                 self.joint_names = list(loaded.joint_names)
                 n = len(self.joint_names)
                 self.parser = JointStateParser(self.joint_names, velocity=FieldNeed.REQUIRED,
-                                               effort=FieldNeed.OPTIONAL)
+                                               effort=FieldNeed.OPTIONAL, bounds=self._bounds)
                 self.stream = InverseDynamicsStream(
                     n, CausalDifferentiator(n, window=self._accel_window))
                 self.prequential = PrequentialError(n)
@@ -126,20 +132,19 @@ class TorquePredictorNode(Node):
             model = self._model
             self.predictor = StreamingPredictor(self._published, model.n_obs, model.n_act,
                                                 self._history_size)
-        last = self.parser.stamps.last_ns
-        try:
-            stamp_ns = stamp_to_ns(msg.header.stamp)
-        except (AttributeError, TypeError, ValueError):
-            stamp_ns = last   # malformed: the parser rejects and counts it
-        if last is not None and (last - stamp_ns) * 1e-9 >= self.reset_after:
-            self.time_resets += 1
-            self.parser.reset()
-            self.stream.reset()
-            self.predictor.reset()
         result = self.parser.parse(msg)
         if not result.ok:
+            now = time.monotonic()
+            if now - self._last_log > 1.0:   # throttled: a flood must not flood the log
+                self._last_log = now
+                self.get_logger().warn(f'rejected joint state ({result.reason.value}): '
+                                       f'{result.detail}; {self.parser.counter.summary()}')
             return
         sample = result.value
+        if sample.time_reset:   # only a valid message resets (the parser checked it whole)
+            self.time_resets += 1
+            self.stream.reset()
+            self.predictor.reset()
         features = self.stream.sample(sample.stamp_ns * 1e-9, sample.position, sample.velocity,
                                       sample.effort)
         if features is None:
@@ -154,7 +159,9 @@ class TorquePredictorNode(Node):
 
     def _publish_diagnostics(self) -> None:
         values = {'checkpoint': str(self._loaded_path), 'loads': self.loads,
-                  'load_errors': self.load_errors, 'time_resets': self.time_resets}
+                  'load_errors': self.load_errors, 'time_resets': self.time_resets,
+                  **{f'checkpoints_skipped_{reason}': n
+                     for reason, n in self.checkpoints.skipped.items()}}
         if self.parser is not None:
             values.update({f'messages_{k}': v for k, v in self.parser.counter.as_dict().items()})
             values['nmse'] = self.prequential.nmse()
