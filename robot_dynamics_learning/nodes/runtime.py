@@ -27,12 +27,16 @@ GIL_SWITCH_INTERVAL_S = 0.0002
 # How long the executor's running callbacks may take to finish after SIGINT (of the 2 s a
 # node has to end: launch escalates to SIGTERM after 5 s).
 SHUTDOWN_WAIT_S = 1.0
+STARTUP_REFUSED = 2   # exit code of a node that refused its parameters or files at start
 
 
 def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
               threads: int = 1) -> None:
     """
     Create the node after `rclpy.init` and spin it.
+
+    A ValueError or FileNotFoundError while the node is built (a refused parameter, config,
+    URDF or checkpoint) ends the process with one logged line and exit code 2.
 
     threads == 1 (default) spins a single-threaded executor: in the Jazzy wheels the
     multi-threaded executor's per-message hand-off dropped most of a 240 Hz best-effort
@@ -45,6 +49,7 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     rclpy.init(args=args)
     node = None
     executor = None
+    exit_code = 0
     try:
         node = make_node()
         # Objects alive now (torch, rclpy, the model) never change: a full collection
@@ -57,6 +62,12 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except (ValueError, FileNotFoundError) as error:
+        if node is not None or not rclpy.ok():
+            raise
+        # A refused parameter, config or file at start: one line naming it, no traceback.
+        rclpy.logging.get_logger('robot_dynamics_learning').error(f'not started: {error}')
+        exit_code = STARTUP_REFUSED
     except Exception:
         # SIGINT shuts the context down while a callback may still be in an rclpy call,
         # which then fails (e.g. take_message's 'Unable to convert call argument'): that is
@@ -71,6 +82,8 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+    if exit_code:
+        sys.exit(exit_code)
 
 
 class DrainingExecutor(MultiThreadedExecutor):
