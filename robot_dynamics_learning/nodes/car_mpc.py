@@ -23,7 +23,6 @@ a second.
 import functools
 from pathlib import Path
 import threading
-from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
@@ -31,6 +30,7 @@ import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.control.car_supervisor import BRAKE, CarSupervisor, SKIP, SOLVE
 from robot_dynamics_learning.control.car_training import load_car_model
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
 from robot_dynamics_learning.control.nlp import make_optimizer, SOLVERS
@@ -123,16 +123,11 @@ class CarMPCNode(Node):
                                f' lap), model {self.model_path}, warm-up {warm:.1f} s')
         self._lock = threading.Lock()
         self._solve_lock = threading.Lock()
-        self.pose_parser = PoseParser(check_stamps=False)   # stamps: _accept, per topic
-        self._pose: Optional[tuple] = None
-        self._twist: Optional[tuple] = None
-        self._state: Optional[tuple] = None  # newest complete (stamp_ns, (6,) state)
-        self._brake_stamp = -1  # stamp of the state the last brake was judged on
-        self._braking = False
-        self.counts = {'ticks': 0, 'commands': 0, 'brake_stale': 0, 'brake_budget': 0,
-                       'brake_failure': 0, 'model_reloads': 0, 'rejected_out_of_order': 0,
-                       'rejected_future_stamp': 0, 'rejected_non_finite': 0,
-                       'skipped_after_brake': 0}
+        self.pose_parser = PoseParser(check_stamps=False)   # stamps: the supervisor's
+        self.supervisor = CarSupervisor(self.stale_timeout,
+                                        lambda: self.get_clock().now().nanoseconds)
+        self.counts = self.supervisor.counts
+        self.counts['model_reloads'] = 0
         self.solve_times = []
         self.delays = []
         self.pub_command = self.create_publisher(Twist, 'command', 10)
@@ -185,62 +180,24 @@ class CarMPCNode(Node):
                                    throttle_duration_sec=2.0)
             return
         pose = result.value
-        values = (pose.position[0], pose.position[1], pose.yaw)
-        with self._lock:
-            if self._accept(msg.header.stamp, values, self._pose):
-                self._pose = (stamp_to_ns(msg.header.stamp), values)
-                self._combine()
+        self._offer('pose', msg.header.stamp, (pose.position[0], pose.position[1], pose.yaw))
 
     def _on_twist(self, msg: TwistStamped) -> None:
-        values = (msg.twist.linear.x, msg.twist.linear.y, msg.twist.angular.z)
-        with self._lock:
-            if self._accept(msg.header.stamp, values, self._twist):
-                self._twist = (stamp_to_ns(msg.header.stamp), values)
-                self._combine()
+        self._offer('twist', msg.header.stamp,
+                    (msg.twist.linear.x, msg.twist.linear.y, msg.twist.angular.z))
 
-    def _accept(self, stamp, values: tuple, last: Optional[tuple]) -> bool:
-        """
-        Check one input (call with the lock held); count and log why it is dropped.
-
-        Dropped: non-finite values, a stamp not newer than the last message of the same topic
-        (out of order or repeated), a stamp more than stale_timeout_s ahead of the node clock
-        (it would keep the state fresh after the source stopped).
-        """
+    def _offer(self, topic: str, stamp, values: tuple) -> None:
         stamp_ns = stamp_to_ns(stamp)
-        if not np.all(np.isfinite(values)):
-            reason = 'non_finite'
-        elif last is not None and stamp_ns <= last[0]:
-            reason = 'out_of_order'
-        elif stamp_ns - self._now_ns() > self.stale_timeout * 1e9:
-            reason = 'future_stamp'
-        else:
-            return True
-        self.counts[f'rejected_{reason}'] += 1
-        self.get_logger().warn(f'dropped a state message: {reason} (stamp {stamp_ns} ns)',
-                               throttle_duration_sec=2.0)
-        return False
-
-    def _combine(self) -> None:
-        """Form the complete state when pose and twist share a stamp (lock held)."""
-        if self._pose is not None and self._twist is not None \
-                and self._pose[0] == self._twist[0]:
-            self._state = (self._pose[0], np.array([*self._pose[1], *self._twist[1]]))
-
-    def _now_ns(self) -> int:
-        return self.get_clock().now().nanoseconds
-
-    def _stale(self) -> bool:
-        """Return True without a complete state stamped within stale_timeout_s of now."""
-        return self._state is None or \
-            self._now_ns() - self._state[0] > self.stale_timeout * 1e9
+        with self._lock:
+            reason = self.supervisor.offer(topic, stamp_ns, values)
+        if reason is not None:
+            self.get_logger().warn(f'dropped a state message: {reason} (stamp {stamp_ns} ns)',
+                                   throttle_duration_sec=2.0)
 
     def _publish_brake(self, reason: str) -> None:
         """Publish the brake command and count why (call with the lock held)."""
-        self.counts[f'brake_{reason}'] += 1
-        if not self._braking:
+        if self.supervisor.brake(reason):
             self.get_logger().warn(f'braking: {reason}')
-        self._braking = True
-        self._brake_stamp = -1 if self._state is None else self._state[0]
         # TrackMPC is not thread-safe: while a tick solves, its reset waits for the tick,
         # which resets after the solve (it sees the brake stamp); the brake is not delayed.
         if self._solve_lock.acquire(blocking=False):
@@ -255,37 +212,34 @@ class CarMPCNode(Node):
 
     def _watchdog(self) -> None:
         with self._lock:
-            if not self._braking and self._stale():
+            if self.supervisor.watchdog():
                 self._publish_brake('stale')
 
     def _tick(self) -> None:
-        self.counts['ticks'] += 1
         with self._lock:
-            if self._stale():
-                self._publish_brake('stale')
+            decision = self.supervisor.before_solve()
+            if decision.action == BRAKE:
+                self._publish_brake(decision.reason)
+            if decision.action != SOLVE:
                 return
-            stamp_ns, state = self._state
-            if stamp_ns <= self._brake_stamp:  # braked on this state: wait for a newer one
-                self.counts['skipped_after_brake'] += 1
-                return
-        delay = self._expected_delay(stamp_ns) if self.delay_compensation else 0.0
+        recent = self.solve_times[-20:]
+        delay = (self.supervisor.expected_delay(
+            decision.stamp_ns, float(np.median(recent)) if recent else self.config.budget_s,
+            self.config.budget_s, self.actuation_delay) if self.delay_compensation else 0.0)
         with self._solve_lock:
-            result = self.mpc.solve(state, delay_s=delay)
+            result = self.mpc.solve(decision.state, delay_s=delay)
         self.delays.append(delay)
         self.solve_times.append(result.seconds)
         with self._lock:
-            if self._stale():
-                self._publish_brake('stale')
-            elif stamp_ns <= self._brake_stamp:  # a brake came during the solve
-                self.counts['skipped_after_brake'] += 1
+            after = self.supervisor.after_solve(decision.stamp_ns, result.ok, result.reason)
+            if after.action == SKIP:
                 self.mpc.reset()  # the solve stored its plan after the brake's reset
-            elif not result.ok:
-                self._publish_brake('budget' if result.reason == 'budget' else 'failure')
-                if result.reason != 'budget':
+            elif after.action == BRAKE:
+                self._publish_brake(after.reason)
+                if after.reason == 'failure':
                     self.get_logger().error(f'MPC failed: {result.reason}',
                                             throttle_duration_sec=2.0)
             else:
-                self._braking = False
                 command = CarCommand(None, float(result.command[0]), float(result.command[1]))
                 self.pub_command.publish(twist_msg(command, self.mapping))
                 if self.pub_gz is not None:
@@ -293,20 +247,6 @@ class CarMPCNode(Node):
                     gz.linear.x = float(result.predicted[0, 3])
                     gz.angular.z = float(result.predicted[0, 5])
                     self.pub_gz.publish(gz)
-                self.counts['commands'] += 1
-
-    def _expected_delay(self, stamp_ns: int) -> float:
-        """
-        Seconds from the state's stamp until this tick's command applies (bounded).
-
-        The state's age on the node clock (the stamps are the mocap clock; equal clocks are
-        assumed) plus the median of the recent solve times plus actuation_delay_s.
-        """
-        age = (self._now_ns() - stamp_ns) * 1e-9
-        age = min(max(age, 0.0), self.stale_timeout)
-        recent = self.solve_times[-20:]
-        solve = float(np.median(recent)) if recent else self.config.budget_s
-        return min(age + min(solve, self.config.budget_s) + self.actuation_delay, 0.5)
 
     def _timing(self) -> dict:
         times = np.asarray(self.solve_times[-200:]) * 1e3
@@ -317,8 +257,9 @@ class CarMPCNode(Node):
                 'delay_ms_p50': round(float(np.median(self.delays[-200:])) * 1e3, 2)}
 
     def _diagnostics(self) -> None:
+        braking = self.supervisor.braking
         publish_counters(self, self.pub_diag, {**self.counts, **self._timing()},
-                         warn=self._braking, message='braking' if self._braking else 'driving')
+                         warn=braking, message='braking' if braking else 'driving')
 
     def _log(self) -> None:
         self.get_logger().info(f'{self.counts}; {self._timing()}')
