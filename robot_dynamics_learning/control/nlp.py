@@ -158,13 +158,26 @@ class _Gradient(casadi.Callback):
 
 
 class _Deadline(casadi.Callback):
-    """IPOPT's per-iteration callback: asks it to stop once the tick's deadline has passed."""
+    """
+    IPOPT's per-iteration callback: stops it before an iteration that would end too late.
+
+    As the line search does, an iteration is judged by the slowest one so far in this solve
+    (`start` resets it); IPOPT then returns its current iterate.
+    """
 
     def __init__(self, size: int) -> None:
         casadi.Callback.__init__(self)
         self.size = size
         self.deadline = math.inf
+        self._last = 0.0
+        self._slowest = 0.0
         self.construct('mpc_deadline', {})
+
+    def start(self, deadline: float) -> None:
+        """Arm for one solve that must end by `deadline` (time.perf_counter() seconds)."""
+        self.deadline = deadline
+        self._last = time.perf_counter()
+        self._slowest = 0.0
 
     def get_n_in(self) -> int:
         return casadi.nlpsol_n_out()
@@ -187,7 +200,10 @@ class _Deadline(casadi.Callback):
         return casadi.Sparsity(0, 0) if name in ('p', 'lam_p') else casadi.Sparsity.dense(0)
 
     def eval(self, arguments: List[casadi.DM]) -> List[int]:  # noqa: A003 (CasADi's name)
-        return [int(time.perf_counter() > self.deadline)]
+        now = time.perf_counter()
+        self._slowest = max(self._slowest, now - self._last)
+        self._last = now
+        return [int(now + self._slowest > self.deadline)]
 
 
 class IpoptOptimizer:
@@ -242,7 +258,7 @@ class IpoptOptimizer:
             else (np.broadcast_to(b.double().numpy(), u_init.shape).ravel() for b in bounds)
         x0 = np.clip(x0, lower, upper)
         solver = self._solver(count)
-        self._deadline.deadline = math.inf if deadline is None else deadline
+        self._deadline.start(math.inf if deadline is None else deadline)
         result = solver(x0=x0, lbx=lower, ubx=upper)
         stats = solver.stats()
         x = np.asarray(result['x']).ravel()
