@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     'robot_dynamics_learning.data.cli',
     'robot_dynamics_learning.dynamics.cli',
     'robot_dynamics_learning.learning.cli',
+    'robot_dynamics_learning.learning.replay_cli',
     'robot_dynamics_learning.control.cli',
     'robot_dynamics_learning.sim.cli',
 )

@@ -501,6 +501,38 @@ class LearnerConfig:
     trainer: TrainerConfig = TrainerConfig()
 
 
+# dynamics_learner parameters that make up a `LearnerConfig` (config/learner.yaml).
+LEARNER_PARAMETERS = ('window', 'recent_capacity', 'reservoir_windows', 'recent_fraction',
+                      'gap_factor', 'batch_size', 'learning_rate', 'grad_clip',
+                      'warmup_samples', 'updates_per_sample', 'publish_every',
+                      'checkpoint_period_s', 'prequential_window', 'renormalize_factor',
+                      'train_cpu_share')
+
+
+def learner_config(params: Dict[str, Any]) -> LearnerConfig:
+    """
+    Build a `LearnerConfig` from dynamics_learner parameter values (names as in the node).
+
+    One mapping for the node and `rdl replay`, so both learn with the same settings.
+    """
+    missing = sorted(set(LEARNER_PARAMETERS) - set(params))
+    if missing:
+        raise ValueError(f'learner parameters missing: {missing}')
+    return LearnerConfig(
+        BufferConfig(window=params['window'], recent_capacity=params['recent_capacity'],
+                     reservoir_windows=params['reservoir_windows'],
+                     recent_fraction=params['recent_fraction'],
+                     gap_factor=params['gap_factor']),
+        TrainerConfig(batch_size=params['batch_size'], learning_rate=params['learning_rate'],
+                      grad_clip=params['grad_clip'], warmup_samples=params['warmup_samples'],
+                      updates_per_sample=params['updates_per_sample'],
+                      publish_every=params['publish_every'],
+                      checkpoint_every_s=params['checkpoint_period_s'],
+                      prequential_window=params['prequential_window'],
+                      renormalize_factor=params['renormalize_factor'],
+                      max_cpu_share=params['train_cpu_share']))
+
+
 class ContinualLearner:
     """
     Predict-then-learn on a stream of (time, observation, action, target) samples.

@@ -27,11 +27,10 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from robot_dynamics_learning.dynamics import load_urdf
-from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, save_to_directory
 from robot_dynamics_learning.learning.continual import (ContinualLearner,
-                                                        InverseDynamicsStream, LearnerConfig,
-                                                        TrainerConfig)
+                                                        InverseDynamicsStream,
+                                                        learner_config, LEARNER_PARAMETERS)
 from robot_dynamics_learning.learning.prequential import LatencyLog, Recorder
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, model_builder
@@ -196,22 +195,7 @@ class DynamicsLearnerNode(Node):
         if urdf_joints is not None and tuple(urdf_joints) != tuple(names):
             raise ValueError(f'joint_names {names} differ from the URDF joints {urdf_joints} '
                              f'of model {self.model_type}')
-        config = LearnerConfig(
-            BufferConfig(window=get('window').value,
-                         recent_capacity=get('recent_capacity').value,
-                         reservoir_windows=get('reservoir_windows').value,
-                         recent_fraction=get('recent_fraction').value,
-                         gap_factor=get('gap_factor').value),
-            TrainerConfig(batch_size=get('batch_size').value,
-                          learning_rate=get('learning_rate').value,
-                          grad_clip=get('grad_clip').value,
-                          warmup_samples=get('warmup_samples').value,
-                          updates_per_sample=get('updates_per_sample').value,
-                          publish_every=get('publish_every').value,
-                          checkpoint_every_s=get('checkpoint_period_s').value,
-                          prequential_window=get('prequential_window').value,
-                          renormalize_factor=get('renormalize_factor').value,
-                          max_cpu_share=get('train_cpu_share').value))
+        config = learner_config({name: get(name).value for name in LEARNER_PARAMETERS})
         save = (None if self.checkpoints is None
                 else functools.partial(save_to_directory, self.checkpoints, names))
 
