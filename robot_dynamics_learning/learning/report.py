@@ -315,8 +315,9 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
         + f" ({h['held_out_samples']} samples) are predicted but never trained on.",
         '- nMSE = MSE / variance of the measured torque over the whole bag, per joint '
         "(table: mean over joints; 1 = always predicting the bag's mean torque); RMSE in "
-        'N m. Baselines: previous torque (tau_{t-1}), linear regression on [q, qd, qdd, 1] refitted on all earlier training blocks, and '
-        'the URDF rigid-body model when a URDF is given.', '',
+        'N m. Baselines: previous torque (tau_{t-1}), linear regression on [q, qd, qdd, 1] '
+        'refitted on all earlier training blocks, and the URDF rigid-body model when a URDF '
+        'is given.', '',
         '## Scores', '',
         '| model | kind | prequential nMSE | held-out nMSE | held-out RMSE per joint (N m) | '
         'updates | latency p50 / p99 (ms) | x real time |',
