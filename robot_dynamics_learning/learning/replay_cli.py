@@ -37,8 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="blocks never trained on: 'every:K' (every K-th block), "
                              "'after:F' (the blocks after fraction F) or 'none' "
                              '(default every:5)')
-    replay.add_argument('--block-s', type=float, default=5.0,
-                        help='block length in seconds of bag time (default 5)')
+    replay.add_argument('--block-s', type=float, default=None,
+                        help='block length in seconds of bag time (default: a twentieth of '
+                             'the bag)')
     replay.add_argument('--params', type=Path, default=None,
                         help='learner params YAML (default config/learner.yaml), as the node '
                              'takes with --params-file')
@@ -65,8 +66,9 @@ def run_replay(args: argparse.Namespace) -> int:
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
           f'{stream.torque_source}', flush=True)
     models = [m.strip() for m in args.models.split(',') if m.strip()]
+    block_s = args.block_s or max(stream.duration_s / 20, 1e-3)
     result = replay.replay(stream, models, args.urdf,
-                           params, replay.Holdout.parse(args.holdout, args.block_s),
+                           params, replay.Holdout.parse(args.holdout, block_s),
                            int(params.get('seed', 0)), progress=True)
     result.bag = str(args.bag)
     for name, reason in result.skipped.items():
