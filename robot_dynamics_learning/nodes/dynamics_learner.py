@@ -26,6 +26,7 @@ import numpy as np
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
+from robot_dynamics_learning.data.messages import Reason
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, save_to_directory
 from robot_dynamics_learning.learning.continual import (ContinualLearner,
@@ -64,13 +65,18 @@ class DynamicsLearnerNode(Node):
         if self.model_type in URDF_MODELS and 'urdf' not in self.model_config:
             urdf = get('urdf').value or 'panda.urdf'
             self.model_config['urdf'] = str(urdf if '/' in urdf else find_urdf(urdf))
+        try:   # at start, naming the model: not at the first message
+            config = model_builder(self.model_type).config_class.from_dict(self.model_config)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"model_config does not fit model '{self.model_type}': "
+                             f'{error}') from None
         torch.set_num_threads(get('torch_threads').value)
         names = list(self.get_parameter_or('joint_names',
                                            Parameter('joint_names', value=[])).value)
+        self._urdf_joints: Optional[List[str]] = None
         if not names and self.model_type in URDF_MODELS:
             # Physics models need the URDF's joint order: messages are reordered by name.
-            config = model_builder(self.model_type).config_class.from_dict(self.model_config)
-            names = list(load_urdf(config.path()).joint_names)
+            names = self._urdf_joints = list(load_urdf(config.path()).joint_names)
         self.torque_source = get('torque_source').value
         if self.torque_source not in ('effort', 'command'):
             raise ValueError(f"torque_source must be 'effort' or 'command', got "
@@ -240,7 +246,7 @@ class DynamicsLearnerNode(Node):
             self.parser.reset()
         result = self.parser.parse(msg)
         if not result.ok:
-            self._log_rejection(result)
+            self._log_rejection(result, msg)
             return
         sample = result.value
         if self.learner is None:
@@ -277,7 +283,13 @@ class DynamicsLearnerNode(Node):
                                'treated as a reset (looping bag or restarted clock)')
         return True
 
-    def _log_rejection(self, result) -> None:
+    def _log_rejection(self, result, msg: JointState) -> None:
+        if result.reason == Reason.MISSING_JOINT and self._urdf_joints is not None:
+            self._urdf_joints = None   # said once, in one line, naming both sets
+            self.get_logger().error(
+                f'the joint_states joints {list(msg.name)} do not match the URDF joints '
+                f"{self.joint_names} of model '{self.model_type}': set urdf (or model_config "
+                'urdf) to this robot, or use a model without a URDF (lstm)')
         now = time.monotonic()
         if now - self._last_log > 1.0:   # throttled: a flood of bad messages must not flood logs
             self._last_log = now
