@@ -92,12 +92,81 @@ def pick_joint_topic(bag: Path, topic: Optional[str], typestore: str = 'jazzy') 
                      f' (all topics: {all_topics})')
 
 
+class StreamRecorder:
+    """
+    Collects JointState messages as the learner node takes them, for a `JointStream`.
+
+    The node's `JointStateParser` (joints by name, rejections counted by reason) and its
+    time-reset rule (a stamp `time_reset_s` or more backwards resets instead of being
+    rejected). Used by `read_joint_stream` and by the replay_evaluator node.
+    """
+
+    def __init__(self, joint_names: Optional[Sequence[str]] = None,
+                 time_reset_s: float = 0.5) -> None:
+        self.parser = JointStateParser(joint_names, position=FieldNeed.REQUIRED,
+                                       velocity=FieldNeed.REQUIRED, effort=FieldNeed.OPTIONAL)
+        self.time_reset_s = time_reset_s
+        self.rows: List[Tuple[int, Any]] = []
+        self.rejections: List[Tuple[int, str]] = []
+        self.resets: List[int] = []
+
+    def add(self, msg: Any, receive_ns: int) -> None:
+        """Parse one message (rclpy or rosbags class) received at `receive_ns`."""
+        try:
+            stamp_ns = int(msg.header.stamp.sec) * 10**9 + int(msg.header.stamp.nanosec)
+        except (AttributeError, TypeError, ValueError) as error:
+            self.rejections.append((receive_ns, f'malformed: {type(error).__name__}'))
+            return
+        last = self.parser.stamps.last_ns
+        if last is not None and (last - stamp_ns) * 1e-9 >= self.time_reset_s:
+            self.parser.reset()   # the node's time-reset rule (dynamics_learner._is_time_reset)
+            self.resets.append(len(self.rows))
+        result = self.parser.parse(msg)
+        if result.ok:
+            self.rows.append((receive_ns, result.value))
+        else:
+            self.rejections.append((receive_ns, result.reason.value))
+
+    def stream(self, first_ns: int, topic: str, tau: Optional[np.ndarray] = None,
+               keep: Optional[np.ndarray] = None, source: str = 'effort') -> JointStream:
+        """
+        Return the accepted samples as a `JointStream` (receive times since `first_ns`).
+
+        tau: (T, n) torques of the rows when the messages carry no effort; keep: (T,) rows
+        to keep (e.g. those with a torque command before them).
+        """
+        if not self.rows:
+            raise ValueError(f'{topic}: no valid JointState message with position and '
+                             f'velocity ({self.parser.counter.as_dict()})')
+        samples = [s for _, s in self.rows]
+        receive_ns = np.array([r for r, _ in self.rows], np.int64)
+        stamp_ns = np.array([s.stamp_ns for s in samples], np.int64)
+        q = np.stack([s.position for s in samples])
+        qd = np.stack([s.velocity for s in samples])
+        if tau is None:
+            if any(s.effort is None for s in samples):
+                raise ValueError(f'{topic}: the messages carry no effort')
+            tau = np.stack([s.effort for s in samples])
+        keep = np.ones(len(samples), bool) if keep is None else keep
+        reset_before = np.zeros(len(samples), bool)
+        reset_before[[i for i in self.resets if i < len(samples)]] = True
+        tau, q, qd, stamp_ns, receive_ns, reset_before = (
+            a[keep] for a in (tau, q, qd, stamp_ns, receive_ns, reset_before))
+        reset_before[0] = False
+        return JointStream(
+            joint_names=list(self.parser.joint_names), stamp_s=(stamp_ns - stamp_ns[0]) * 1e-9,
+            receive_s=(receive_ns - first_ns) * 1e-9, q=q, qd=qd, tau=tau,
+            reset_before=reset_before,
+            rejections=[((r - first_ns) * 1e-9, reason) for r, reason in self.rejections],
+            counts=self.parser.counter.as_dict(), torque_source=source, topic=topic)
+
+
 def read_joint_stream(bag: Path, topic: Optional[str] = None,
                       command_topic: Optional[str] = None,
                       joint_names: Optional[Sequence[str]] = None, time_reset_s: float = 0.5,
                       typestore: str = 'jazzy', progress: bool = False) -> JointStream:
     """
-    Read a JointState topic as the learner node receives it (see the module docstring).
+    Read a JointState topic as the learner node receives it (`StreamRecorder`).
 
     Torques: the messages' effort; when they carry none, `command_topic` (default the node's
     /effort_controller/commands if the bag has it) held on receive time, commands received
@@ -105,11 +174,7 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
     missing.
     """
     topic = pick_joint_topic(bag, topic, typestore)
-    parser = JointStateParser(joint_names, position=FieldNeed.REQUIRED,
-                              velocity=FieldNeed.REQUIRED, effort=FieldNeed.OPTIONAL)
-    rows: List[Tuple[int, int, Any]] = []
-    rejections: List[Tuple[int, str]] = []
-    resets: List[int] = []
+    recorder = StreamRecorder(joint_names, time_reset_s)
     with open_bag(bag, typestore) as reader:
         connections = [c for c in reader.connections if c.topic == topic]
         has_commands = any(c.topic == (command_topic or COMMAND_TOPIC)
@@ -122,52 +187,22 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
                                        leave=False, mininterval=0.5):
             try:
                 msg = deserialize(raw, JOINT_STATE)
-                stamp_ns = int(msg.header.stamp.sec) * 10**9 + int(msg.header.stamp.nanosec)
             except Exception as error:  # noqa: B902 - one corrupt message is a rejection
-                rejections.append((receive_ns, f'malformed: {type(error).__name__}'))
+                recorder.rejections.append((receive_ns, f'malformed: {type(error).__name__}'))
                 continue
-            last = parser.stamps.last_ns
-            if last is not None and (last - stamp_ns) * 1e-9 >= time_reset_s:
-                parser.reset()   # the node's time-reset rule (dynamics_learner._is_time_reset)
-                resets.append(len(rows))
-            result = parser.parse(msg)
-            if not result.ok:
-                rejections.append((receive_ns, result.reason.value))
-                continue
-            rows.append((receive_ns, result.value))
-    if not rows:
-        raise ValueError(f'{bag}:{topic}: no valid JointState message with position and '
-                         f'velocity ({parser.counter.as_dict()})')
-    receive_ns = np.array([r for r, _ in rows], np.int64)
-    samples = [s for _, s in rows]
-    stamp_ns = np.array([s.stamp_ns for s in samples], np.int64)
-    q = np.stack([s.position for s in samples])
-    qd = np.stack([s.velocity for s in samples])
-    efforts = [s.effort for s in samples]
-    counts = parser.counter.as_dict()
-    source = 'effort'
-    if all(e is not None for e in efforts):
-        tau = np.stack(efforts)
-    elif command_topic is None and not has_commands:
+            recorder.add(msg, receive_ns)
+    if not recorder.rows or all(s.effort is not None for _, s in recorder.rows):
+        return recorder.stream(first_ns, topic)
+    if command_topic is None and not has_commands:
         raise ValueError(f'{bag}:{topic}: the messages carry no effort and there is no torque '
                          f'command topic ({COMMAND_TOPIC} or --command-topic)')
-    else:
-        command_topic = command_topic or COMMAND_TOPIC
-        commands = read_topic(bag, command_topic, size=q.shape[1], typestore=typestore)
-        tau, valid = hold_last(commands.receive_ns, commands.fields['data'], receive_ns)
-        keep = valid   # joint states before the first command have no torque
-        tau, q, qd, stamp_ns, receive_ns = (a[keep] for a in (tau, q, qd, stamp_ns, receive_ns))
-        resets = [i - int((~keep[:i]).sum()) for i in resets]
-        source = f'command {command_topic}'
-    reset_before = np.zeros(len(stamp_ns), bool)
-    reset_before[[i for i in resets if i < len(stamp_ns)]] = True
-    reset_before[0] = False
-    return JointStream(
-        joint_names=list(parser.joint_names), stamp_s=(stamp_ns - stamp_ns[0]) * 1e-9,
-        receive_s=(receive_ns - first_ns) * 1e-9, q=q, qd=qd, tau=tau,
-        reset_before=reset_before,
-        rejections=[((r - first_ns) * 1e-9, reason) for r, reason in rejections],
-        counts=counts, torque_source=source, topic=topic)
+    command_topic = command_topic or COMMAND_TOPIC
+    commands = read_topic(bag, command_topic, size=len(recorder.parser.joint_names),
+                          typestore=typestore)
+    receive_ns = np.array([r for r, _ in recorder.rows], np.int64)
+    tau, valid = hold_last(commands.receive_ns, commands.fields['data'], receive_ns)
+    # Joint states before the first command have no torque.
+    return recorder.stream(first_ns, topic, tau, valid, f'command {command_topic}')
 
 
 @dataclass(frozen=True)
@@ -563,3 +598,28 @@ def _json(value: Any) -> Dict[str, Any]:
     if isinstance(value, dict):
         return value
     return json.loads(value or '{}')
+
+
+def recorded_result(stream: JointStream, predictions: Dict[str, Tuple[np.ndarray, Any]],
+                    params: Dict[str, Any], urdf: Optional[str] = None,
+                    holdout: Holdout = Holdout('none')) -> ReplayResult:
+    """
+    Wrap predictions recorded from live learner nodes (the launch route) for the report.
+
+    predictions: name -> ((T, n) means aligned with `stream`, NaN where none arrived; (T, n)
+    std or None). The baselines are computed here as in `replay`, on the same samples.
+    """
+    features = stream_features(stream, int(params['accel_window']))
+    blocks, held_out = holdout.blocks(stream.receive_s)
+    runs = [previous_torque(features), linear_regression(features, stream.tau, blocks,
+                                                         held_out)]
+    skipped: Dict[str, str] = {}
+    if urdf:
+        try:
+            runs.append(rigid_body(model_settings('rigid_body', {}, urdf), stream, features))
+        except ValueError as error:
+            skipped['rigid_body'] = str(error)
+    for name, (mean, std) in predictions.items():
+        runs.append(ModelRun(name, 'model', mean, std))
+    return ReplayResult(stream, blocks, held_out, holdout, runs, skipped, dict(params),
+                        int(params.get('seed', 0)))

@@ -280,14 +280,14 @@ def _verdict_text(metrics: Dict[str, Any]) -> str:
         compare = (f"does NOT beat the best baseline, {v['best_baseline']} (nMSE "
                    f"{_number(v['baseline_nmse'])}, {_number(1 / ratio)} times lower): on this "
                    'bag, deploy the baseline or give the model more data')
-    speed = m.get('latency_ms', {})
+    speed = m.get('latency_ms')
+    timing = '' if speed is None else (
+        f"It replayed {metrics['duration_s']:.1f} s of data in {m['wall_s']:.1f} s "
+        f"({m['realtime_factor']:.1f}x real time, prediction p99 {_number(speed['p99'])} ms "
+        f"per sample, {m['train_steps']} training updates). ")
     return (f"Best model {where}: **{v['best_model']}** with nMSE {_number(v['model_nmse'])} "
-            f"(mean over {len(metrics['joint_names'])} joints); it {compare}. "
-            f"It replayed {metrics['duration_s']:.1f} s of data in {m['wall_s']:.1f} s "
-            f"({m['realtime_factor']:.1f}x real time, prediction p99 "
-            f"{_number(speed.get('p99'))} ms per sample, {m.get('train_steps', 0)} training "
-            "updates). nMSE 1 is the error of always predicting the bag's mean torque; 0 is "
-            'perfect.')
+            f"(mean over {len(metrics['joint_names'])} joints); it {compare}. {timing}"
+            "nMSE 1 is the error of always predicting the bag's mean torque; 0 is perfect.")
 
 
 def verdict_line(metrics: Dict[str, Any]) -> str:
