@@ -18,6 +18,7 @@ from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.signals.mocap import MocapEstimator
 from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
 import torch
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = ROOT / 'config' / 'models' / 'car_mlp_sim.pt'
@@ -27,9 +28,12 @@ DEFAULT_TRACK = ROOT / 'config' / 'tracks' / 'oval.yaml'
 def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK,
                laps: float = 1.0, target_speed: float = 1.5, iterations: int = 3,
                candidates: int = 512, seed: int = 0, max_time_s: float = 60.0,
-               noise: Optional[MocapNoise] = None) -> Dict[str, object]:
+               noise: Optional[MocapNoise] = None, progress: bool = False
+               ) -> Dict[str, object]:
     """
     Drive `laps` laps in simulated time; return metrics and the logged arrays.
+
+    progress: show a bar of simulated seconds (a lap takes minutes of CPU).
 
     The simulator runs at 240 Hz with mocap at every step; the MPC ticks every model step h
     on the estimator's state (solve time is not simulated: the control loop is ideal).
@@ -51,6 +55,8 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
            'iterations': []}
     progress, last_s, sim_time = 0.0, track.coordinates(state[0, :2])[0], 0.0
     command = np.zeros(2)
+    bar = tqdm(total=round(max_time_s), disable=not progress, desc='lap', unit='sim s',
+               mininterval=1.0)
     while progress < laps * track.length and sim_time < max_time_s:
         estimate = estimator.estimate()
         if estimate is not None:
@@ -71,6 +77,9 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
         log['state'].append(state[0].copy())
         log['command'].append(command.copy())
         log['lateral'].append(lateral)
+        bar.update(int(sim_time) - bar.n)
+        bar.set_postfix_str(f'{progress / track.length:.2f} laps', refresh=False)
+    bar.close()
     arrays = {k: np.asarray(v) for k, v in log.items()}
     lateral = np.abs(arrays['lateral'])
     return {
