@@ -169,10 +169,12 @@ def _plot_curves(result: ReplayResult, metrics: Dict[str, Any], path: Path) -> N
     stream, window = result.stream, int(result.params.get('prequential_window', 5000))
     fig, ax = plt.subplots(figsize=(11, 4.5))
     t = stream.receive_s
-    for index, run in enumerate(result.runs):
+    shown = []
+    for run in result.runs:
         curve = sliding_nmse(run.prediction, stream.tau, ~result.held_out, window)
         keep = np.flatnonzero(np.isfinite(curve))
         keep = keep[::max(1, keep.size // 3000)]
+        shown.append(curve[keep])
         line, = ax.plot(t[keep], curve[keep], lw=1.2, label=run.name,
                         ls='--' if run.kind == 'baseline' else '-')
         for block in sorted(set(result.blocks[result.held_out].tolist())):
@@ -192,6 +194,9 @@ def _plot_curves(result: ReplayResult, metrics: Dict[str, Any], path: Path) -> N
                 color='tab:orange', ms=12, transform=ax.get_xaxis_transform(),
                 label=f"rejected message ({len(marks['rejections'])})")
     ax.set_yscale('log')
+    values = np.concatenate(shown) if shown else np.zeros(0)
+    if values.size:   # the untrained start can reach 1e9: keep the rest readable
+        ax.set_ylim(top=min(ax.get_ylim()[1], 30 * float(np.percentile(values, 95))))
     ax.set_xlabel('bag time (s)')
     ax.set_ylabel(f'nMSE (lines: sliding {window} samples)')
     ax.set_title('Prediction error over time: lines prequential (predicted before training), '
