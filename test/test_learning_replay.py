@@ -147,3 +147,30 @@ def test_bad_options_are_one_line_errors(kinova, capsys):
     assert 'holdout every must be >= 2' in capsys.readouterr().err
     assert rdl(['replay', str(bag), '--topic', '/other']) == 2
     assert "'/other' is not a JointState topic" in capsys.readouterr().err
+
+
+def test_time_resets_and_rejections_are_events(kinova, tmp_path):
+    """A bag played twice into one recording (stamps jump back) with one NaN message."""
+    bag, trajectory = kinova
+    joints = bag_io.read_topic(bag, '/joint_states')
+    n = len(joints)
+    fields = {k: np.concatenate([v, v]) for k, v in joints.fields.items()}
+    fields['position'][100, 2] = np.nan
+    looped = bag_io.TopicArrays(
+        topic='/joint_states', msgtype=joints.msgtype,
+        stamp_ns=np.concatenate([joints.stamp_ns, joints.stamp_ns]),
+        receive_ns=joints.receive_ns[0] + np.arange(2 * n, dtype=np.int64) * 10**6,
+        stamp_source='header', fields=fields, joint_names=joints.joint_names)
+    recorded = tmp_path / 'looped'
+    bag_io.write_topic_arrays(recorded, [looped], 'sqlite3')
+    stream = replay.read_joint_stream(recorded)
+    assert len(stream) == 2 * n - 1
+    assert np.flatnonzero(stream.reset_before).tolist() == [n - 1]
+    assert [reason for _, reason in stream.rejections] == ['non_finite']
+    result = replay.replay(stream, [], None, replay.load_learner_params(),
+                           replay.Holdout('none'))
+    events = report.compute_metrics(result)['events']
+    assert events['time_resets_s'] == pytest.approx([n * 1e-3])
+    assert [r[1] for r in events['rejections']] == ['non_finite']
+    assert events['rejections'][0][0] == pytest.approx(100e-3)
+    assert events['gaps_s'] == []
