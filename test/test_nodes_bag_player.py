@@ -133,11 +133,13 @@ def test_end_of_bag_is_signalled_before_exit(kinova_bag, tmp_path):
             Empty, '/bag_player/end_of_bag', ends.append,
             QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        collector = JointStateCollector(probe.node)   # the player waits for it: discovered
         player = start_node('bag_player', params={
-            'bag': str(kinova_bag), 'rate': 5.0, 'topics': ['/joint_states']},
-            log_path=tmp_path / 'player.log')
+            'bag': str(kinova_bag), 'rate': 5.0, 'topics': ['/joint_states'],
+            'wait_for_subscribers': 1}, log_path=tmp_path / 'player.log')
         assert player.wait(timeout=30) == 0, (tmp_path / 'player.log').read_text()
         assert wait_for(lambda: len(ends) == 1, 5)
+        assert len(collector) == N
 
 
 def test_unreadable_bags_and_unknown_types_end_in_one_line(kinova_bag, tmp_path):
