@@ -11,17 +11,30 @@ pytestmark = pytest.mark.ros
 
 PARAMS = ROOT / 'config' / 'learner.yaml'
 KINOVA_JOINTS = [f'joint_{i}' for i in range(1, 8)]
+PANDA_JOINTS = [f'panda_joint{i}' for i in range(1, 8)]
 
 
-@pytest.mark.parametrize('model', ['lstm', 'ac_rkn_inverse'])
-def test_learner_yaml_builds_every_model(model, tmp_path):
-    """The README's params file with any model: learning starts, nothing is left unknown."""
+@pytest.mark.parametrize('model', ['lstm', 'ac_rkn_inverse', 'rigid_body'])
+def test_learner_yaml_runs_every_model(model, tmp_path):
+    """The README's params file with any model: it starts and predicts (Panda joints)."""
     log = tmp_path / 'learner.log'
     node = start_node('dynamics_learner', params_file=PARAMS,
                       params={'model': model, 'trainer_process': False},
                       log_path=log)
     try:
-        assert wait_for(lambda: f"learning '{model}'" in log.read_text(), 60), log.read_text()
+        with TestNode(f'arm_{model}') as arm:
+            predictions = []
+            arm.node.create_subscription(JointState, '/dynamics_learner/predicted_torques',
+                                         predictions.append, 100)
+            publisher = arm.node.create_publisher(JointState, '/joint_states', 10)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
+                log.read_text()
+            for k in range(60):
+                q = 0.1 * np.sin(k * 0.01 + np.arange(7))
+                publisher.publish(joint_state_msg(10**9 + k * 10**6, PANDA_JOINTS, q,
+                                                  np.cos(q), np.ones(7)))
+                time.sleep(0.005)
+            assert wait_for(lambda: len(predictions) > 0, 30), log.read_text()
         assert node.poll() is None, log.read_text()
     finally:
         assert stop_node(node) == 0, log.read_text()

@@ -197,7 +197,11 @@ class ContinualTrainer:
         self._prepared = not fit_normalization
         self._fitted_std: Optional[torch.Tensor] = None
         self.renormalizations = 0
-        self._optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+        # A model with nothing to learn (rigid_body without learnable parameters) only
+        # predicts: no optimiser, and no update is ever due.
+        self._trainable = any(p.requires_grad for p in model.parameters())
+        self._optimizer = (torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+                           if self._trainable else None)
         self._lock = threading.Lock()
         self._published = Published(0, self._snapshot())
         self._stop = threading.Event()
@@ -256,7 +260,8 @@ class ContinualTrainer:
         return rate == 0 or self._attempts < rate * received
 
     def _due(self) -> bool:
-        return (self.buffer.total >= self.config.warmup_samples and self._budget_allows()
+        return (self._trainable and self.buffer.total >= self.config.warmup_samples
+                and self._budget_allows()
                 and self.buffer.valid_windows() > 0)
 
     def _update(self) -> float:
