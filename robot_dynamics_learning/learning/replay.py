@@ -607,13 +607,16 @@ def _json(value: Any) -> Dict[str, Any]:
 
 def recorded_result(stream: JointStream, predictions: Dict[str, Tuple[np.ndarray, Any]],
                     params: Dict[str, Any], urdf: Optional[str] = None,
-                    holdout: Holdout = Holdout('none')) -> ReplayResult:
+                    holdout: Optional[Holdout] = None) -> ReplayResult:
     """
     Wrap predictions recorded from live learner nodes (the launch route) for the report.
 
     predictions: name -> ((T, n) means aligned with `stream`, NaN where none arrived; (T, n)
     std or None). The baselines are computed here as in `replay`, on the same samples.
+    holdout: default none, with `rdl replay`'s default blocks (a twentieth of the stream) for
+    the linear regression's refits.
     """
+    holdout = holdout or Holdout('none', block_s=max(stream.duration_s / 20, 1e-3))
     features = stream_features(stream, int(params['accel_window']))
     blocks, held_out = holdout.blocks(stream.receive_s)
     runs = [previous_torque(features), linear_regression(features, stream.tau, blocks,
