@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     q, qd, qdd, tau = load_samples(args.data, model, args.joint_topic, args.window)
     result = identify(model, q, qd, qdd, tau, learn_inertia=args.links or True,
                       learn_damping=args.damping, learn_friction=args.friction,
-                      max_iter=args.max_iter)
+                      max_iter=args.max_iter, progress=True)
     summary = result.summary()
     summary.update({'urdf': str(args.urdf), 'data': str(args.data), 'samples': int(len(q))})
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from .algorithms import inertial_regressor, inertial_vector
 from .learnable import LearnableRigidBody, LogCholeskyInertia
@@ -67,15 +68,17 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
              learn_inertia: Union[bool, Sequence[str]] = True,
              learn_damping: bool = False, learn_friction: bool = False,
              init: Optional[DynamicsParams] = None, prior_weight: float = 1e-8,
-             max_iter: int = 500, chunk: int = 2000) -> IdentificationResult:
+             max_iter: int = 500, chunk: int = 2000,
+             progress: bool = False) -> IdentificationResult:
     """
     Fit a `LearnableRigidBody` to samples (N, n) of q, qd, qdd, tau (numpy or torch).
 
     learn_inertia: True (all moving links), or a list of link names; learn_damping /
     learn_friction: fit viscous / Coulomb coefficients too. init: starting parameters
     (default: the URDF's). prior_weight: weight of ||phi - phi_init||^2 relative to the
-    normalised torque error. Raises ValueError on bad shapes, non-finite data or constant
-    torques (nMSE undefined).
+    normalised torque error. progress: a bar of L-BFGS loss evaluations (at most
+    1.25 max_iter). Raises ValueError on bad shapes, non-finite data or constant torques
+    (nMSE undefined).
     """
     n = model.n_dof
     arrays = [_as_tensor(name, value, n) for name, value in
@@ -134,7 +137,11 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
                                   tolerance_grad=1e-14, tolerance_change=1e-16,
                                   line_search_fn='strong_wolfe')
 
+    bar = tqdm(total=int(1.25 * max_iter), disable=not progress, desc='L-BFGS',
+               unit='eval', mininterval=1.0)
+
     def closure() -> torch.Tensor:
+        bar.update()
         optimizer.zero_grad()
         phi = vector()
         loss = (phi @ gram @ phi - 2.0 * rhs @ phi + total) / norm
@@ -143,6 +150,7 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
         return loss
 
     optimizer.step(closure)
+    bar.close()
     state = optimizer.state[trainable[0]]
     final = float(closure().detach())
     with torch.no_grad():
