@@ -10,6 +10,7 @@ NODES = [
     'arm_sim',
     'dynamics_learner',
     'torque_predictor',
+    'replay_evaluator',
     'car_sim',
     'car_state_estimator',
     'car_model_learner',

@@ -102,7 +102,8 @@ def _scenarios(args: argparse.Namespace) -> int:
 
 
 def _lap(args: argparse.Namespace) -> int:
-    result = drive_laps(args.checkpoint, args.track, args.laps, args.target_speed)
+    result = drive_laps(args.checkpoint, args.track, args.laps, args.target_speed,
+                        progress=True)
     metrics = {k: v for k, v in result.items() if k not in ('arrays', 'track')}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

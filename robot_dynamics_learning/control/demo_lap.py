@@ -19,6 +19,7 @@ from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.mocap import MocapEstimator
 from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
 import torch
+from tqdm import tqdm
 
 DEFAULT_MODEL = resource('config/models/car_mlp_sim.pt')
 DEFAULT_TRACK = resource('config/tracks/oval.yaml')
@@ -55,9 +56,12 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
                laps: float = 1.0, target_speed: float = 1.5, iterations: int = 3,
                candidates: int = 512, seed: int = 0, max_time_s: float = 60.0,
                noise: Optional[MocapNoise] = None, solver: str = DEFAULT_SOLVER,
-               budget_s: Optional[float] = None) -> Dict[str, object]:
+               budget_s: Optional[float] = None, progress: bool = False
+               ) -> Dict[str, object]:
     """
     Drive `laps` laps in simulated time; return metrics and the logged arrays.
+
+    progress: show a bar of simulated seconds (a lap takes minutes of CPU).
 
     The simulator runs at 240 Hz with mocap at every step; the MPC ticks every model step h
     on the estimator's state. Solve time is not simulated (the control loop is ideal) unless
@@ -76,9 +80,11 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
     estimator = MocapEstimator()
     log = {'time': [], 'state': [], 'command': [], 'lateral': [], 'solve_s': [],
            'iterations': []}
-    progress, last_s, sim_time = 0.0, track.coordinates(state[0, :2])[0], 0.0
+    travelled, last_s, sim_time = 0.0, track.coordinates(state[0, :2])[0], 0.0
     command = np.zeros(2)
-    while progress < laps * track.length and sim_time < max_time_s:
+    bar = tqdm(total=round(max_time_s), disable=not progress, desc='lap', unit='sim s',
+               mininterval=1.0)
+    while travelled < laps * track.length and sim_time < max_time_s:
         estimate = estimator.estimate()
         if estimate is not None:
             result = mpc.solve(estimate.state)
@@ -92,18 +98,21 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
             if valid[0]:
                 estimator.update(sim_time, *pose[0])
         s, lateral = track.coordinates(state[0, :2])
-        progress += (s - last_s + track.length / 2) % track.length - track.length / 2
+        travelled += (s - last_s + track.length / 2) % track.length - track.length / 2
         last_s = s
         log['time'].append(sim_time)
         log['state'].append(state[0].copy())
         log['command'].append(command.copy())
         log['lateral'].append(lateral)
+        bar.update(int(sim_time) - bar.n)
+        bar.set_postfix_str(f'{travelled / track.length:.2f} laps', refresh=False)
+    bar.close()
     arrays = {k: np.asarray(v) for k, v in log.items()}
     lateral = np.abs(arrays['lateral'])
     return {
-        'laps': float(progress / track.length),
-        'lap_time_s': float(sim_time / max(progress / track.length, 1e-9)),
-        'sim_time_s': float(sim_time), 'completed': bool(progress >= laps * track.length),
+        'laps': float(travelled / track.length),
+        'lap_time_s': float(sim_time / max(travelled / track.length, 1e-9)),
+        'sim_time_s': float(sim_time), 'completed': bool(travelled >= laps * track.length),
         'max_lateral_m': float(lateral.max()), 'half_width_m': track.half_width,
         'left_track': bool(lateral.max() > track.half_width),
         'mean_speed_mps': float(np.mean(np.hypot(arrays['state'][:, 3], arrays['state'][:, 4]))),

@@ -19,9 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     'log-Cholesky) and optionally joint damping and Coulomb friction of a URDF '
                     'to recorded joint data, by least squares on the inertial regressor. '
                     'Input: an .npz with arrays q, qd, qdd, tau (N, n) and optional '
-                    'joint_names, or a rosbag2 folder with sensor_msgs/JointState (position, '
-                    'velocity, effort); missing velocities and all accelerations are then '
-                    'computed with a zero-phase Savitzky-Golay filter.')
+                    'joint_names; an .npz written by `rdl bag export --format npz` '
+                    '(stamp_ns, position, velocity, effort, joint_names); or a rosbag2 folder '
+                    'with sensor_msgs/JointState (position, velocity, effort). For the last '
+                    'two, missing velocities and all accelerations are computed with a '
+                    'zero-phase Savitzky-Golay filter.')
     parser.add_argument('data', type=Path, help='.npz file or rosbag2 folder')
     parser.add_argument('--urdf', type=Path, default=None,
                         help="robot URDF (default: the package's urdf/panda.urdf)")
@@ -56,6 +58,14 @@ def load_samples(path: Path, model: RobotModel, joint_topic: str = '/joint_state
         raise FileNotFoundError(f'no such file or folder: {path}')
     if path.is_file():
         with np.load(path, allow_pickle=False) as data:
+            if 'position' in data.files and 'q' not in data.files:   # `rdl bag export`
+                if 'effort' not in data.files:
+                    raise ValueError(f'{path}: the exported joint states have no effort: '
+                                     'torques are needed')
+                velocity = data['velocity'] if 'velocity' in data.files else None
+                return _differentiated(model, data['joint_names'], data['stamp_ns'],
+                                       data['position'], velocity, data['effort'], window_s,
+                                       str(path))
             missing = [k for k in ('q', 'qd', 'qdd', 'tau') if k not in data.files]
             if missing:
                 raise ValueError(f'{path}: missing arrays {missing} (has {data.files})')
@@ -64,18 +74,24 @@ def load_samples(path: Path, model: RobotModel, joint_topic: str = '/joint_state
         if names is not None:
             arrays = _ordered(model, names, arrays, str(path))
         return arrays['q'], arrays['qd'], arrays['qdd'], arrays['tau']
-    from robot_dynamics_learning.data.bag_io import read_trajectory
-    from robot_dynamics_learning.signals.offline import savgol_derivative
-    trajectory = read_trajectory(path, joint_topic=joint_topic)
-    if trajectory.tau is None:
+    from robot_dynamics_learning.data.bag_io import read_topic
+    joints = read_topic(path, joint_topic)
+    if 'effort' not in joints.fields:
         raise ValueError(f'{path}:{joint_topic} has no effort field: torques are needed')
-    dt = trajectory.dt
-    q = trajectory.q
-    qd = trajectory.qd if trajectory.qd is not None else savgol_derivative(
-        q, dt, window_s, deriv=1)
+    return _differentiated(model, joints.joint_names, joints.stamp_ns,
+                           joints.fields['position'], joints.fields.get('velocity'),
+                           joints.fields['effort'], window_s, f'{path}:{joint_topic}')
+
+
+def _differentiated(model: RobotModel, names, stamp_ns: np.ndarray, q: np.ndarray,
+                    qd, tau: np.ndarray, window_s: float, source: str
+                    ) -> Tuple[np.ndarray, ...]:
+    """Return (q, qd, qdd, tau) from joint states: zero-phase Savitzky-Golay derivatives."""
+    from robot_dynamics_learning.signals.offline import savgol_derivative
+    dt = float(np.median(np.diff(np.asarray(stamp_ns, np.int64)))) * 1e-9
+    qd = qd if qd is not None else savgol_derivative(q, dt, window_s, deriv=1)
     qdd = savgol_derivative(q, dt, window_s, deriv=2)
-    arrays = _ordered(model, trajectory.joint_names,
-                      {'q': q, 'qd': qd, 'qdd': qdd, 'tau': trajectory.tau}, str(path))
+    arrays = _ordered(model, names, {'q': q, 'qd': qd, 'qdd': qdd, 'tau': tau}, source)
     return arrays['q'], arrays['qd'], arrays['qdd'], arrays['tau']
 
 
@@ -85,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     q, qd, qdd, tau = load_samples(args.data, model, args.joint_topic, args.window)
     result = identify(model, q, qd, qdd, tau, learn_inertia=args.links or True,
                       learn_damping=args.damping, learn_friction=args.friction,
-                      max_iter=args.max_iter)
+                      max_iter=args.max_iter, progress=True)
     summary = result.summary()
     summary.update({'urdf': str(urdf), 'data': str(args.data), 'samples': int(len(q))})
     try:   # NaN/inf are not JSON: refuse them instead of writing an unreadable file

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from .algorithms import inertial_regressor, inertial_vector
 from .learnable import LearnableRigidBody, LogCholeskyInertia
@@ -68,7 +69,8 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
              learn_damping: bool = False, learn_friction: bool = False,
              init: Optional[DynamicsParams] = None, prior_weight: float = 1e-8,
              max_iter: int = 500, chunk: int = 2000,
-             memory_budget: int = 256 * 2 ** 20) -> IdentificationResult:
+             memory_budget: int = 256 * 2 ** 20,
+             progress: bool = False) -> IdentificationResult:
     """
     Fit a `LearnableRigidBody` to samples (N, n) of q, qd, qdd, tau (numpy or torch).
 
@@ -77,8 +79,9 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
     (default: the URDF's). prior_weight: weight of ||phi - phi_init||^2 relative to the
     normalised torque error. chunk: most samples per regressor pass; memory_budget (bytes)
     lowers it for many links, since one sample's regressor is (n, 10 n): the peak is the
-    budget plus the (10 n)-square Gram matrix, whatever the number of samples. Raises
-    ValueError on bad shapes, non-finite data or constant torques (nMSE undefined).
+    budget plus the (10 n)-square Gram matrix, whatever the number of samples. progress: a
+    bar of L-BFGS loss evaluations (at most 1.25 max_iter). Raises ValueError on bad shapes,
+    non-finite data or constant torques (nMSE undefined).
     """
     n = model.n_dof
     arrays = [_as_tensor(name, value, n) for name, value in
@@ -139,7 +142,11 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
                                   tolerance_grad=1e-14, tolerance_change=1e-16,
                                   line_search_fn='strong_wolfe')
 
+    bar = tqdm(total=int(1.25 * max_iter), disable=not progress, desc='L-BFGS',
+               unit='eval', mininterval=1.0)
+
     def closure() -> torch.Tensor:
+        bar.update()
         optimizer.zero_grad()
         phi = vector()
         loss = (phi @ gram @ phi - 2.0 * rhs @ phi + total) / norm
@@ -148,6 +155,7 @@ def identify(model: RobotModel, q, qd, qdd, tau, *,
         return loss
 
     optimizer.step(closure)
+    bar.close()
     state = optimizer.state[trainable[0]]
     final = float(closure().detach())
     with torch.no_grad():

@@ -197,7 +197,11 @@ class ContinualTrainer:
         self._prepared = not fit_normalization
         self._fitted_std: Optional[torch.Tensor] = None
         self.renormalizations = 0
-        self._optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+        # A model with nothing to learn (rigid_body without learnable parameters) only
+        # predicts: no optimiser, and no update is ever due.
+        self._trainable = any(p.requires_grad for p in model.parameters())
+        self._optimizer = (torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+                           if self._trainable else None)
         self._lock = threading.Lock()
         self._published = Published(0, self._snapshot())
         self._stop = threading.Event()
@@ -256,7 +260,8 @@ class ContinualTrainer:
         return rate == 0 or self._attempts < rate * received
 
     def _due(self) -> bool:
-        return (self.buffer.total >= self.config.warmup_samples and self._budget_allows()
+        return (self._trainable and self.buffer.total >= self.config.warmup_samples
+                and self._budget_allows()
                 and self.buffer.valid_windows() > 0)
 
     def _update(self) -> float:
@@ -499,6 +504,38 @@ class LearnerConfig:
 
     buffer: BufferConfig = BufferConfig()
     trainer: TrainerConfig = TrainerConfig()
+
+
+# dynamics_learner parameters that make up a `LearnerConfig` (config/learner.yaml).
+LEARNER_PARAMETERS = ('window', 'recent_capacity', 'reservoir_windows', 'recent_fraction',
+                      'gap_factor', 'batch_size', 'learning_rate', 'grad_clip',
+                      'warmup_samples', 'updates_per_sample', 'publish_every',
+                      'checkpoint_period_s', 'prequential_window', 'renormalize_factor',
+                      'train_cpu_share')
+
+
+def learner_config(params: Dict[str, Any]) -> LearnerConfig:
+    """
+    Build a `LearnerConfig` from dynamics_learner parameter values (names as in the node).
+
+    One mapping for the node and `rdl replay`, so both learn with the same settings.
+    """
+    missing = sorted(set(LEARNER_PARAMETERS) - set(params))
+    if missing:
+        raise ValueError(f'learner parameters missing: {missing}')
+    return LearnerConfig(
+        BufferConfig(window=params['window'], recent_capacity=params['recent_capacity'],
+                     reservoir_windows=params['reservoir_windows'],
+                     recent_fraction=params['recent_fraction'],
+                     gap_factor=params['gap_factor']),
+        TrainerConfig(batch_size=params['batch_size'], learning_rate=params['learning_rate'],
+                      grad_clip=params['grad_clip'], warmup_samples=params['warmup_samples'],
+                      updates_per_sample=params['updates_per_sample'],
+                      publish_every=params['publish_every'],
+                      checkpoint_every_s=params['checkpoint_period_s'],
+                      prequential_window=params['prequential_window'],
+                      renormalize_factor=params['renormalize_factor'],
+                      max_cpu_share=params['train_cpu_share']))
 
 
 class ContinualLearner:

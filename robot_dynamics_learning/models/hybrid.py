@@ -311,6 +311,14 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
         self.joint_names = tuple(self.body.model.joint_names)
         self.target_norm = Normalizer(n_target)
 
+    def __deepcopy__(self, memo: dict) -> 'RigidBodyInverse':
+        """Copy parameters; share the constant URDF model (it holds a lock)."""
+        memo[id(self.body.model)] = self.body.model
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
+
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit the torque statistics that scale the loss."""
         self.target_norm.fit(batch.targets)

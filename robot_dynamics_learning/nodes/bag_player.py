@@ -3,8 +3,14 @@ bag_player: play a rosbag2 onto ROS topics without a ROS install (rosbags + rclp
 
 Messages are published as the bag's raw CDR bytes (no deserialisation), at the bag's receive
 timing scaled by `rate`, optionally looping and publishing /clock. Reading runs in its own
-thread, so the executor stays free. Also here: `JointStateCollector`, the matching receiver
-that the demo and the tests use to record what arrives.
+thread, so the executor stays free. Publishers are reliable with keep-all history: a
+subscriber that falls behind at a high `rate` slows the player down instead of losing
+messages (keep-last dropped the oldest unacknowledged ones). When a non-looping bag is done,
+`~/end_of_bag` (std_msgs/Empty, transient local) says so, then the node exits
+(`exit_at_end`). A bag that cannot be read, or stops being readable mid-way (truncated),
+ends with one logged line, never a traceback; with every topic played, a topic of a type
+not installed for rclpy is skipped and counted. Also here: `JointStateCollector`, the
+matching receiver that the demo and the tests use to record what arrives.
 """
 import importlib
 import os
@@ -22,13 +28,14 @@ from rclpy.context import Context
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from robot_dynamics_learning.data.bag_io import open_bag, TopicArrays, TYPESTORES
 from robot_dynamics_learning.data.messages import JOINT_STATE, JointStateParser
 from robot_dynamics_learning.nodes.conversions import clock_msg
 from robot_dynamics_learning.nodes.runtime import spin_node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Empty
 
 
 def message_class(msgtype: str) -> type:
@@ -71,7 +78,8 @@ class BagPlayer(Node):
                         'subscriptions (reliable delivery from the first message)',
             read_only=True, integer_range=[IntegerRange(from_value=0, to_value=100, step=1)]))
         self.declare_parameter('queue_depth', 1000, ParameterDescriptor(
-            description='keep-last depth of the reliable publishers', read_only=True,
+            description='history depth hint of the reliable keep-all publishers',
+            read_only=True,
             integer_range=[IntegerRange(from_value=1, to_value=100000, step=1)]))
         self.declare_parameter('progress_period', 2.0, ParameterDescriptor(
             description='seconds between progress log lines', read_only=True))
@@ -94,7 +102,8 @@ class BagPlayer(Node):
         self.progress_period = float(p['progress_period'])
         self.typestore = p['typestore']
         wanted = [t for t in p['topics'] if t]
-        qos = QoSProfile(depth=int(p['queue_depth']), reliability=ReliabilityPolicy.RELIABLE)
+        qos = QoSProfile(depth=int(p['queue_depth']), history=HistoryPolicy.KEEP_ALL,
+                         reliability=ReliabilityPolicy.RELIABLE)
         self._topic_publishers: Dict[str, object] = {}
         with open_bag(self.bag, self.typestore) as reader:
             available = {c.topic: c.msgtype for c in reader.connections}
@@ -102,9 +111,23 @@ class BagPlayer(Node):
         missing = [t for t in wanted if t not in available]
         if missing:
             raise ValueError(f'topics {missing} are not in {self.bag}: {sorted(available)}')
+        self.skipped_topics: Dict[str, str] = {}
         for topic in wanted or sorted(available):
-            self._topic_publishers[topic] = self.create_publisher(
-                message_class(available[topic]), topic, qos)
+            try:
+                msg_class = message_class(available[topic])
+            except ValueError as error:
+                if wanted:
+                    raise
+                self.skipped_topics[topic] = str(error)   # playing all: skip, count, go on
+                self.get_logger().warning(f'skipping {topic}: {error}')
+                continue
+            self._topic_publishers[topic] = self.create_publisher(msg_class, topic, qos)
+        if not self._topic_publishers:
+            raise ValueError(f'no playable topic in {self.bag}: {self.skipped_topics}')
+        self._end_pub = self.create_publisher(Empty, '~/end_of_bag', QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self.read_errors = 0
         self._clock_pub = self.create_publisher(Clock, '/clock', 10) \
             if p['publish_clock'] else None
         self.published = 0
@@ -137,7 +160,8 @@ class BagPlayer(Node):
             bag_last: Optional[int] = None
             last_clock: Optional[int] = None
             next_log = wall_start + self.progress_period
-            for connection, stamp_ns, raw in reader.messages(connections, start=start_ns):
+            for connection, stamp_ns, raw in self._readable(reader.messages(connections,
+                                                                            start=start_ns)):
                 if bag_start is None:
                     bag_start = stamp_ns
                 delay = wall_start + (stamp_ns - bag_start) * 1e-9 / self.rate \
@@ -165,18 +189,37 @@ class BagPlayer(Node):
                 f'{time.monotonic() - wall_start:.3f} s wall time')
         return True
 
+    def _readable(self, messages):
+        """Yield messages until the storage stops being readable (a truncated bag)."""
+        while True:
+            try:
+                yield next(messages)
+            except StopIteration:
+                return
+            except Exception as error:  # noqa: B902 - any storage error ends this pass
+                self.read_errors += 1
+                self.get_logger().error(f'{self.bag} is unreadable after {self.published} '
+                                        f'messages, ending the pass ({type(error).__name__}: '
+                                        f'{error}); read errors: {self.read_errors}')
+                return
+
     def _play(self) -> None:
         try:
             if self.wait_for_subscribers and not self._wait_for_subscribers():
                 return
-            while self._play_once() and self.loop:
+            while self._play_once() and self.loop and not self.read_errors:
                 self.get_logger().info('end of bag: looping')
             if self._stop.is_set():
                 return
-            self.get_logger().info(f'end of bag: published {self.published} messages')
+            self._end_pub.publish(Empty())
+            self.get_logger().info(
+                f'end of bag: published {self.published} messages'
+                + (f'; skipped topics {sorted(self.skipped_topics)}' if self.skipped_topics
+                   else '') + (f'; read errors {self.read_errors}' if self.read_errors else ''))
             if self.exit_at_end:
                 # Reliable delivery needs the writers alive until readers acknowledge.
-                for topic, publisher in self._topic_publishers.items():
+                for topic, publisher in [*self._topic_publishers.items(),
+                                         ('~/end_of_bag', self._end_pub)]:
                     if not publisher.wait_for_all_acked(Duration(seconds=5.0)):
                         self.get_logger().warning(f'{topic}: not all messages acknowledged')
                 self.context.try_shutdown()
@@ -194,7 +237,7 @@ class BagPlayer(Node):
 
 class JointStateCollector:
     """
-    Records every JointState on a topic of `node` (reliable, deep queue) as arrays.
+    Records every JointState on a topic of `node` (reliable, keep-all) as arrays.
 
     Messages are validated by `JointStateParser` without the stamp-order check, so the
     arrival order stays visible; receive_ns is the local wall-clock arrival time.
@@ -206,7 +249,10 @@ class JointStateCollector:
         self.parser = JointStateParser(joint_names, check_stamps=False)
         self._lock = threading.Lock()
         self._samples: List[tuple] = []
-        qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
+        # Keep-all and reliable, as the player's publishers: a reader that falls behind slows
+        # the player down (keep-last dropped the oldest unread samples of a fast loop).
+        qos = QoSProfile(depth=depth, history=HistoryPolicy.KEEP_ALL,
+                         reliability=ReliabilityPolicy.RELIABLE)
         self.subscription = node.create_subscription(JointState, topic, self._on_message, qos)
 
     def _on_message(self, msg: JointState) -> None:
@@ -292,7 +338,13 @@ def play_and_collect(bag: Path, expected: int, topic: str = '/joint_states', rat
 
 def main(args: Optional[List[str]] = None) -> None:
     """Run the bag_player node until the bag ends (exit_at_end) or Ctrl-C."""
-    spin_node(BagPlayer, args)
+    try:
+        spin_node(BagPlayer, args)
+    except (ValueError, FileNotFoundError) as error:   # unreadable bag, bad parameter
+        hint = (' (a rosbag2 folder needs its metadata.yaml; `ros2 bag reindex` rebuilds it)'
+                if 'metadata' in str(error) else '')
+        print(f'bag_player: error: {error}{hint}', file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == '__main__':

@@ -28,12 +28,12 @@ import numpy as np
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
+from robot_dynamics_learning.data.messages import Reason
 from robot_dynamics_learning.dynamics import load_urdf
-from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, save_to_directory
 from robot_dynamics_learning.learning.continual import (ContinualLearner,
-                                                        InverseDynamicsStream, LearnerConfig,
-                                                        TrainerConfig)
+                                                        InverseDynamicsStream,
+                                                        learner_config, LEARNER_PARAMETERS)
 from robot_dynamics_learning.learning.prequential import LatencyLog, Recorder
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, model_builder
@@ -72,13 +72,18 @@ class DynamicsLearnerNode(Node):
         if self.model_type in URDF_MODELS and 'urdf' not in self.model_config:
             urdf = get('urdf').value or 'panda.urdf'
             self.model_config['urdf'] = str(urdf if '/' in urdf else find_urdf(urdf))
+        try:   # at start, naming the model: not at the first message
+            config = model_builder(self.model_type).config_class.from_dict(self.model_config)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"model_config does not fit model '{self.model_type}': "
+                             f'{error}') from None
         torch.set_num_threads(get('torch_threads').value)
         names = list(self.get_parameter_or('joint_names',
                                            Parameter('joint_names', value=[])).value)
+        self._urdf_joints: Optional[List[str]] = None
         if not names and self.model_type in URDF_MODELS:
             # Physics models need the URDF's joint order: messages are reordered by name.
-            config = model_builder(self.model_type).config_class.from_dict(self.model_config)
-            names = list(load_urdf(config.path()).joint_names)
+            names = self._urdf_joints = list(load_urdf(config.path()).joint_names)
         self.torque_source = get('torque_source').value
         if self.torque_source not in ('effort', 'command'):
             raise ValueError(f"torque_source must be 'effort' or 'command', got "
@@ -210,22 +215,7 @@ class DynamicsLearnerNode(Node):
         if urdf_joints is not None and tuple(urdf_joints) != tuple(names):
             raise ValueError(f'joint_names {names} differ from the URDF joints {urdf_joints} '
                              f'of model {self.model_type}')
-        config = LearnerConfig(
-            BufferConfig(window=get('window').value,
-                         recent_capacity=get('recent_capacity').value,
-                         reservoir_windows=get('reservoir_windows').value,
-                         recent_fraction=get('recent_fraction').value,
-                         gap_factor=get('gap_factor').value),
-            TrainerConfig(batch_size=get('batch_size').value,
-                          learning_rate=get('learning_rate').value,
-                          grad_clip=get('grad_clip').value,
-                          warmup_samples=get('warmup_samples').value,
-                          updates_per_sample=get('updates_per_sample').value,
-                          publish_every=get('publish_every').value,
-                          checkpoint_every_s=get('checkpoint_period_s').value,
-                          prequential_window=get('prequential_window').value,
-                          renormalize_factor=get('renormalize_factor').value,
-                          max_cpu_share=get('train_cpu_share').value))
+        config = learner_config({name: get(name).value for name in LEARNER_PARAMETERS})
         save = (None if self.checkpoints is None
                 else functools.partial(save_to_directory, self.checkpoints, names))
 
@@ -269,7 +259,7 @@ class DynamicsLearnerNode(Node):
         received = time.perf_counter()
         result = self.parser.parse(msg)
         if not result.ok:
-            self._log_rejection(result)
+            self._log_rejection(result, msg)
             return
         sample = result.value
         if sample.time_reset:
@@ -300,7 +290,13 @@ class DynamicsLearnerNode(Node):
         self.get_logger().warn('time went back by more than time_reset_s: treated as a reset '
                                '(looping bag or restarted clock)')
 
-    def _log_rejection(self, result) -> None:
+    def _log_rejection(self, result, msg: JointState) -> None:
+        if result.reason == Reason.MISSING_JOINT and self._urdf_joints is not None:
+            self._urdf_joints = None   # said once, in one line, naming both sets
+            self.get_logger().error(
+                f'the joint_states joints {list(msg.name)} do not match the URDF joints '
+                f"{self.joint_names} of model '{self.model_type}': set urdf (or model_config "
+                'urdf) to this robot, or use a model without a URDF (lstm)')
         now = time.monotonic()
         if now - self._last_log > 1.0:   # throttled: a flood of bad messages must not flood logs
             self._last_log = now

@@ -18,6 +18,7 @@ import numpy as np
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
 from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
+from tqdm import tqdm
 
 
 def _schedule(text: str) -> List[Tuple[float, float]]:
@@ -33,12 +34,14 @@ def _schedule(text: str) -> List[Tuple[float, float]]:
 
 
 def simulate_arm(seconds: float, schedule: List[Tuple[float, float]], config: ArmConfig,
-                 block: int = 50) -> Tuple[Trajectory, np.ndarray]:
+                 block: int = 50, progress: bool = False) -> Tuple[Trajectory, np.ndarray]:
     """Simulate `seconds`; return the measured Trajectory and the payload (T,) in kg."""
     sim = ArmSimulator(config)
     pending = list(schedule)
     chunks, payload = [], []
-    for _ in range(max(1, int(round(seconds / config.dt / block)))):
+    blocks = max(1, int(round(seconds / config.dt / block)))
+    for _ in tqdm(range(blocks), disable=not progress, desc='simulate', unit='block',
+                  mininterval=1.0):
         while pending and pending[0][0] <= sim.time + 1e-9:
             sim.set_payload(pending.pop(0)[1])
         samples = sim.run(block)
@@ -84,7 +87,8 @@ def _simulate(args: argparse.Namespace) -> int:
     config = ArmConfig(urdf=args.urdf, dt=1.0 / args.rate, seed=args.seed,
                        payload_mass=args.payload,
                        reference=ReferenceConfig(mode=args.trajectory, seed=args.seed))
-    trajectory, payload = simulate_arm(args.seconds, _schedule(args.payload_schedule), config)
+    trajectory, payload = simulate_arm(args.seconds, _schedule(args.payload_schedule), config,
+                                       progress=True)
     out = Path(args.out)
     if out.suffix == '.npz':
         np.savez(out, time=trajectory.time, q=trajectory.q, qd=trajectory.qd,

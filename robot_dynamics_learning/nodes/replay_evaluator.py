@@ -1,0 +1,122 @@
+"""
+replay_evaluator: records a bag replay through live learner nodes and writes the report.
+
+The ROS route of `rdl replay` (launch/bag_replay.launch.py): bag_player -> dynamics_learner
+node(s) -> this node. It records every `joint_states` message the way the learner takes it
+(`learning.replay.StreamRecorder`) and each learner's `~/predicted_torques` (and `_std`) by
+header stamp. When the player signals `end_of_bag` it waits `settle_s` for the last
+predictions, writes the same report as `rdl replay` (report.md, PNGs, metrics.json; the
+baselines computed on the recorded samples) to `out`, and exits, which ends the launch.
+Torques come from the JointState effort.
+"""
+import time
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from robot_dynamics_learning.learning import replay, report
+from robot_dynamics_learning.nodes.conversions import stamp_to_ns
+from robot_dynamics_learning.nodes.parameters import declare
+from robot_dynamics_learning.nodes.runtime import spin_node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Empty
+
+
+class ReplayEvaluator(Node):
+    """Measured torques and predictions in, a report out at the end of the bag."""
+
+    def __init__(self) -> None:
+        super().__init__('replay_evaluator')
+        declare(self, 'out', 'replay_report', 'report folder (report.md, metrics.json, PNGs)')
+        declare(self, 'learners', ['dynamics_learner'], 'learner node names (or namespaced '
+                'paths) whose ~/predicted_torques are scored')
+        declare(self, 'end_topic', '/bag_player/end_of_bag', 'std_msgs/Empty that ends it')
+        declare(self, 'settle_s', 1.0, 'seconds to wait for the last predictions', 0.0, 60.0)
+        declare(self, 'urdf', '', 'URDF for the rigid-body baseline (empty: none)')
+        declare(self, 'params_file', '', 'learner params YAML for the report settings '
+                '(empty: config/learner.yaml)')
+        get = self.get_parameter
+        self.out = get('out').value
+        self.urdf = get('urdf').value or None
+        self.settle_s = get('settle_s').value
+        self.params = replay.load_learner_params(get('params_file').value or None)
+        self.recorder = replay.StreamRecorder(time_reset_s=float(self.params['time_reset_s']))
+        self.first_ns: Optional[int] = None
+        reliable = QoSProfile(depth=100, history=HistoryPolicy.KEEP_ALL,
+                              reliability=ReliabilityPolicy.RELIABLE)
+        self.create_subscription(JointState, 'joint_states', self._on_joint_state, reliable)
+        self.predictions: Dict[str, Dict[str, Dict[int, np.ndarray]]] = {}
+        for learner in get('learners').value:
+            label = learner.rstrip('/').split('/')[-1]
+            self.predictions[label] = {'mean': {}, 'std': {}}
+            for kind, suffix in (('mean', ''), ('std', '_std')):
+                self.create_subscription(
+                    JointState, f'{learner}/predicted_torques{suffix}',
+                    lambda msg, store=self.predictions[label][kind]: self._on_prediction(
+                        msg, store), reliable)
+        self.create_subscription(Empty, get('end_topic').value, self._on_end, QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self._done = False
+        self.get_logger().info(f'recording joint_states and {list(self.predictions)} until '
+                               f"{get('end_topic').value}; report to {self.out}")
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        received = time.time_ns()
+        if self.first_ns is None:
+            self.first_ns = received
+        self.recorder.add(msg, received)
+
+    @staticmethod
+    def _on_prediction(msg: JointState, store: Dict[int, np.ndarray]) -> None:
+        store[stamp_to_ns(msg.header.stamp)] = np.array(msg.effort, dtype=np.float64)
+
+    def _on_end(self, _msg: Empty) -> None:
+        if not self._done:
+            self._done = True
+            self.get_logger().info(f'end of bag: report in {self.settle_s} s')
+            # Wall time: on sim time the clock stands still once the bag has ended.
+            self._timer = self.create_timer(self.settle_s, self._finish,
+                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+    def _aligned(self, store: Dict[int, np.ndarray], stamps: np.ndarray, n: int
+                 ) -> Optional[np.ndarray]:
+        """Predictions (T, n) at the recorded stamps, NaN where none arrived."""
+        if not store:
+            return None
+        out = np.full((stamps.size, n), np.nan)
+        for i, stamp in enumerate(stamps.tolist()):
+            value = store.get(stamp)
+            if value is not None and value.size == n:
+                out[i] = value
+        return out
+
+    def _finish(self) -> None:
+        self._timer.cancel()
+        stream = self.recorder.stream(self.first_ns or 0, self.resolve_topic_name('joint_states'))
+        stamps = np.array([s.stamp_ns for _, s in self.recorder.rows], np.int64)
+        n = len(stream.joint_names)
+        recorded: Dict[str, Tuple[np.ndarray, Optional[np.ndarray]]] = {}
+        for label, stores in self.predictions.items():
+            mean = self._aligned(stores['mean'], stamps, n)
+            if mean is None:
+                self.get_logger().warning(f'no predictions from {label}')
+                continue
+            recorded[label] = (mean, self._aligned(stores['std'], stamps, n))
+        result = replay.recorded_result(stream, recorded, self.params, self.urdf)
+        result.bag = 'live replay (bag_player -> ' + ', '.join(self.predictions) + ')'
+        metrics = report.write_report(result, self.out)
+        self.get_logger().info(report.verdict_line(metrics))
+        self.get_logger().info(f'report: {self.out}/report.md')
+        self.context.try_shutdown()
+
+
+def main(args: Optional[List[str]] = None) -> None:
+    """Run the evaluator until the bag ends and the report is written."""
+    spin_node(ReplayEvaluator, args)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,74 @@
+"""dynamics_learner with config/learner.yaml: every model type starts; mismatches say why."""
+import time
+
+import numpy as np
+import pytest
+from robot_dynamics_learning.nodes.conversions import joint_state_msg
+from ros_util import ROOT, start_node, stop_node, TestNode, wait_for
+from sensor_msgs.msg import JointState
+
+pytestmark = pytest.mark.ros
+
+PARAMS = ROOT / 'config' / 'learner.yaml'
+KINOVA_JOINTS = [f'joint_{i}' for i in range(1, 8)]
+PANDA_JOINTS = [f'panda_joint{i}' for i in range(1, 8)]
+
+
+@pytest.mark.parametrize('model', ['lstm', 'ac_rkn_inverse', 'rigid_body'])
+def test_learner_yaml_runs_every_model(model, tmp_path):
+    """The README's params file with any model: it starts and predicts (Panda joints)."""
+    log = tmp_path / 'learner.log'
+    node = start_node('dynamics_learner', params_file=PARAMS,
+                      params={'model': model, 'trainer_process': False},
+                      log_path=log)
+    try:
+        with TestNode(f'arm_{model}') as arm:
+            predictions = []
+            arm.node.create_subscription(JointState, '/dynamics_learner/predicted_torques',
+                                         predictions.append, 100)
+            publisher = arm.node.create_publisher(JointState, '/joint_states', 10)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
+                log.read_text()
+            for k in range(60):
+                q = 0.1 * np.sin(k * 0.01 + np.arange(7))
+                publisher.publish(joint_state_msg(10**9 + k * 10**6, PANDA_JOINTS, q,
+                                                  np.cos(q), np.ones(7)))
+                time.sleep(0.005)
+            assert wait_for(lambda: len(predictions) > 0, 30), log.read_text()
+        assert node.poll() is None, log.read_text()
+    finally:
+        assert stop_node(node) == 0, log.read_text()
+
+
+def test_model_config_that_does_not_fit_the_model_fails_at_start(tmp_path):
+    log = tmp_path / 'learner.log'
+    node = start_node('dynamics_learner', params={
+        'model': 'ac_rkn_inverse', 'model_config': "'{\"hidden_size\": 32}'"}, log_path=log)
+    assert node.wait(timeout=60) != 0
+    text = log.read_text()
+    assert "model_config does not fit model 'ac_rkn_inverse'" in text
+    assert "unknown key(s) ['hidden_size']" in text
+
+
+def test_joints_not_in_the_urdf_are_refused_in_one_line_naming_both(tmp_path):
+    """The default hybrid (Panda URDF) hearing a Kinova arm says why, once."""
+    log = tmp_path / 'learner.log'
+    node = start_node('dynamics_learner', params_file=PARAMS,
+                      params={'trainer_process': False}, log_path=log)
+    try:
+        with TestNode('kinova_arm') as arm:
+            publisher = arm.node.create_publisher(JointState, '/joint_states', 10)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
+                log.read_text()
+            for k in range(20):
+                publisher.publish(joint_state_msg(10**9 + k * 10**6, KINOVA_JOINTS,
+                                                  np.zeros(7), np.zeros(7), np.zeros(7)))
+                time.sleep(0.01)
+            assert wait_for(lambda: 'do not match the URDF joints' in log.read_text(), 20), \
+                log.read_text()
+    finally:
+        stop_node(node)
+    lines = [line for line in log.read_text().splitlines()
+             if 'do not match the URDF joints' in line]
+    assert len(lines) == 1
+    assert 'joint_1' in lines[0] and 'panda_joint1' in lines[0] and "'hybrid'" in lines[0]
