@@ -14,6 +14,7 @@ NODES = [
     'car_state_estimator',
     'car_model_learner',
     'car_mpc',
+    'mujoco_arm',
 ]
 
 setup(

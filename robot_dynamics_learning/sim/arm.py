@@ -37,6 +37,7 @@ from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.sim.trajectories import JointReference, ReferenceConfig
 import torch
 
+
 def find_urdf(name: str = 'panda.urdf') -> Path:
     """Return a URDF shipped with the package (source tree, else the installed share folder)."""
     return resource(f'urdf/{name}')
