@@ -15,6 +15,7 @@ NODES = [
     'car_model_learner',
     'car_mpc',
     'mujoco_arm',
+    'arm_controller',
 ]
 
 setup(
