@@ -15,10 +15,11 @@ Tracking RMSE (rad, all joints) over one reference period before the change (60-
 60 s of learning) and 10-20 s after it (80-90 s); the learner's prequential nMSE (5000-sample
 window) at 20k samples of MuJoCo data.
 Live part: mujoco_arm and arm_controller (URDF feed-forward) as processes over DDS for
-`--live` seconds; how late mujoco_arm published each step against its 1 ms schedule (its
-/diagnostics, 5 s windows) and the inter-arrival jitter seen by a probe node.
+`--live` seconds, with default scheduling and again with `realtime_priority` (SCHED_FIFO);
+how late mujoco_arm published each step against its 1 ms schedule (its /diagnostics, 5 s
+windows) and the inter-arrival jitter seen by a probe node.
 
-    .venv/bin/python -m bench.arm_control [--seconds 90] [--live 20]
+    .venv/bin/python -m bench.arm_control [--seconds 90] [--live 20] [--realtime-priority 50]
 
 Writes bench/results/arm_control.json and docs/img/arm_control.png. The load average is saved
 with the results: timing on a shared 2-core machine is pessimistic; ratios from one run count.
@@ -68,7 +69,8 @@ def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
     names = sim.joint_names
     n = sim.n_dof
     rigid_body = RigidBodyFeedforward(urdf)
-    learned = LearnedFeedforward(folder, names, fallback=rigid_body)
+    learned = LearnedFeedforward(folder, names, fallback=rigid_body,
+                                 differentiator=CausalDifferentiator(n, window=21))
     feedforward = {'none': no_feedforward, 'urdf': rigid_body, 'learned': learned}[mode]
     lower, upper = sim.model.jnt_range.T
     controller = ArmController(ArmControllerConfig(), feedforward, lower, upper,
@@ -188,7 +190,7 @@ def offline(seconds: float, change_s: float, checkpoint_period_s: float) -> dict
             'runs': runs, 'summary': summary}
 
 
-def live(seconds: float) -> dict:
+def live(seconds: float, realtime_priority: int = 0) -> dict:
     """Run mujoco_arm + arm_controller over DDS; return publish lateness and jitter."""
     sys.path.insert(0, str(ROOT / 'test'))
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
@@ -214,8 +216,9 @@ def live(seconds: float) -> dict:
         probe.node.create_subscription(JointState, '/joint_states',
                                        lambda _: arrivals.append(time.monotonic()), qos)
         probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 100)
-        sim = start_node('mujoco_arm', {}, log_path=scratch / 'mujoco_arm.log')
-        controller = start_node('arm_controller', {'feedforward': 'urdf'},
+        priority = {'realtime_priority': realtime_priority}
+        sim = start_node('mujoco_arm', priority, log_path=scratch / 'mujoco_arm.log')
+        controller = start_node('arm_controller', {'feedforward': 'urdf', **priority},
                                 log_path=scratch / 'arm_controller.log')
         try:
             wait_for(lambda: len(arrivals) > 1000, 60)
@@ -230,7 +233,8 @@ def live(seconds: float) -> dict:
     windows = late[-int(seconds) // 5:] or late
     p99 = [w['publish_late_ms_p99'] for w in windows]
     jitter = np.abs(window - 1e-3) * 1e3
-    return {'seconds': seconds, 'load_average_start_end': [load_start, load_end],
+    return {'seconds': seconds, 'realtime_priority': realtime_priority,
+            'load_average_start_end': [load_start, load_end],
             'messages_per_s_at_probe': float(window.size / seconds),
             'publish_late_ms_p99_per_5s_window': p99,
             'publish_late_ms_p99_median_of_windows': float(np.median(p99)) if p99 else None,
@@ -247,11 +251,16 @@ def main(argv=None) -> None:
     parser.add_argument('--change', type=float, default=70.0, help='payload change (s)')
     parser.add_argument('--checkpoint-period', type=float, default=5.0)
     parser.add_argument('--live', type=float, default=20.0, help='live seconds (0: skip)')
+    parser.add_argument('--realtime-priority', type=int, default=50, help='a second live run '
+                        'with the nodes under SCHED_FIFO at this priority (0: skip)')
     args = parser.parse_args(argv)
     results = {'load_average_at_start': os.getloadavg()[0]}
     if args.live:
         results['live'] = live(args.live)
         print(json.dumps(results['live'], indent=1), flush=True)
+    if args.live and args.realtime_priority:
+        results['live_realtime'] = live(args.live, args.realtime_priority)
+        print(json.dumps(results['live_realtime'], indent=1), flush=True)
     results.update(offline(args.seconds, args.change, args.checkpoint_period))
     print(json.dumps(results['summary'], indent=1))
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ BENCHMARKS = (
     'bag_read',
     'models',
     'continual',
+    'arm_control',
 )
 
 

@@ -9,6 +9,7 @@ from robot_dynamics_learning.control.arm_feedforward import (ArmController,
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.resources import resource
+from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.mujoco_arm import MujocoArm, MujocoArmConfig
 
 URDF = resource('urdf/panda.urdf')
@@ -85,9 +86,9 @@ def test_stale_states_brake_and_control_restarts_only_from_a_newer_state():
 def test_outputs_are_clipped_and_never_non_finite():
     arm = MujocoArm()
     q = arm.model.jnt_range.mean(axis=1)
-    huge = make_controller(lambda q, qd, qdd: np.full(7, 1e3), arm)
+    huge = make_controller(lambda t, q, qd, qdd: np.full(7, 1e3), arm)
     np.testing.assert_array_equal(huge.on_state(MS, MS, q, np.zeros(7)), arm.effort_limit)
-    broken = make_controller(lambda q, qd, qdd: np.full(7, np.nan), arm)
+    broken = make_controller(lambda t, q, qd, qdd: np.full(7, np.nan), arm)
     np.testing.assert_array_equal(broken.on_state(MS, MS, q, np.zeros(7)), np.zeros(7))
     assert huge.counts['clipped'] == 1 and broken.counts['non_finite_output'] == 1
     assert broken.counts['commands'] == 0
@@ -96,15 +97,20 @@ def test_outputs_are_clipped_and_never_non_finite():
 def test_learned_feedforward_falls_back_then_hot_reloads_newer_checkpoints(tmp_path):
     names = [f'panda_joint{i}' for i in range(1, 8)]
     rigid_body = RigidBodyFeedforward(URDF)
-    learned = LearnedFeedforward(tmp_path, names, fallback=lambda q, qd, qdd: np.ones(7))
+    learned = LearnedFeedforward(tmp_path, names, fallback=lambda t, q, qd, qdd: np.ones(7),
+                                 differentiator=CausalDifferentiator(7, window=5))
     q, qd, qdd = np.full(7, 0.1), np.full(7, 0.2), np.full(7, 0.3)
     assert learned.poll() is None
-    np.testing.assert_array_equal(learned(q, qd, qdd), np.ones(7))
+    np.testing.assert_array_equal(learned(0.0, q, qd, qdd), np.ones(7))
     model = build_model('rigid_body', {'urdf': str(URDF)}, 21, 7, 7)
     folder = CheckpointDirectory(tmp_path)
     folder.save(model, names)
     assert 'using checkpoint' in learned.poll() and learned.poll() is None
-    np.testing.assert_allclose(learned(q, qd, qdd), rigid_body(q, qd, qdd), rtol=1e-5)
+    # Until the acceleration fit is warm, qdd_ref; then the fit of qd_ref (constant: 0).
+    np.testing.assert_allclose(learned(0.001, q, qd, qdd), rigid_body(0, q, qd, qdd), rtol=1e-5)
+    for k in range(2, 6):
+        tau = learned(k * 1e-3, q, qd, qdd)
+    np.testing.assert_allclose(tau, rigid_body(0, q, qd, np.zeros(7)), rtol=1e-5)
     # A newer model replaces it between calls; a corrupt newest file keeps the last one.
     heavier = build_model('rigid_body', {'urdf': str(URDF)}, 21, 7, 7)
     with pytest.MonkeyPatch.context() as patch:
@@ -114,6 +120,7 @@ def test_learned_feedforward_falls_back_then_hot_reloads_newer_checkpoints(tmp_p
     assert learned.loads == 2 and learned.fallback_calls == 1
     (tmp_path / 'model_000009.pt').write_bytes(b'truncated')
     assert learned.poll() is None and learned.path.name == 'model_000001.pt'
-    wrong = LearnedFeedforward(tmp_path, names[::-1], fallback=no_feedforward)
+    wrong = LearnedFeedforward(tmp_path, names[::-1], fallback=no_feedforward,
+                               differentiator=CausalDifferentiator(7))
     (tmp_path / 'model_000009.pt').unlink()
     assert 'not loaded' in wrong.poll() and wrong.load_errors == 1

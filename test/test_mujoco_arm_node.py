@@ -62,13 +62,19 @@ def test_sim_time_publishes_clock_matching_the_stamps(tmp_path):
         states, clocks = [], []
         probe.node.create_subscription(JointState, '/joint_states', states.append, 10000)
         probe.node.create_subscription(Clock, '/clock', clocks.append, 10000)
-        process = start_node('mujoco_arm', {'publish_clock': True, 'real_time_factor': 0.0,
-                                            'duration_s': 2.0}, log_path=log)
+        process = start_node('mujoco_arm', {'publish_clock': True, 'real_time_factor': 1.0,
+                                            'duration_s': 4.0}, log_path=log)
         try:
             assert wait_for(lambda: 'stopping' in log.read_text(), 60), log.read_text()
+            assert wait_for(lambda: clocks and clocks[-1].clock.sec == 4, 5)
         finally:
             stop_node(process)
-    assert stamp_ns(states[0]) < 1e9 and stamp_ns(states[-1]) <= 2e9
+    assert states, 'no joint states received'
+    stamps = [stamp_ns(m) for m in states]
+    assert 0 < stamps[0] and stamps[-1] <= 4_000_000_000   # simulated time, not wall time
+    assert all(stamp % 1_000_000 == 0 for stamp in stamps)
     clock_ns = {c.clock.sec * 10**9 + c.clock.nanosec for c in clocks}
-    assert {stamp_ns(m) for m in states} <= clock_ns
-    assert max(clock_ns) == 2_000_000_000
+    # Each state goes out with its /clock tick (a few may be lost from the publisher's
+    # 10-deep history on a loaded machine: /clock subscribers need only the newest).
+    assert len(set(stamps) & clock_ns) >= 0.9 * len(stamps)
+    assert max(clock_ns) == 4_000_000_000

@@ -30,10 +30,12 @@ from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.hybrid import FastRegressor
+from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.trajectories import JointReference, ReferenceConfig
 
 FEEDFORWARD_MODES = ('none', 'urdf', 'learned')
-Feedforward = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+# (t s since the (re)start, q_ref, qd_ref, qdd_ref) -> tau (n,) N m
+Feedforward = Callable[[float, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def _floats(*values: float) -> Tuple[float, ...]:
@@ -89,7 +91,7 @@ def quintic(t: float, duration: float, start: Sequence[np.ndarray], end: Sequenc
     return position, velocity, acceleration
 
 
-def no_feedforward(q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
+def no_feedforward(t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
     """Return zero torque: PD only."""
     return np.zeros_like(q)
 
@@ -102,7 +104,8 @@ class RigidBodyFeedforward:
         self.joint_names = tuple(robot.joint_names)
         self._regressor = FastRegressor(robot, Path(urdf))
 
-    def __call__(self, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
+    def __call__(self, t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray
+                 ) -> np.ndarray:
         """Return tau (n,) N m for one reference sample."""
         return self._regressor(q, qd, qdd) @ self._regressor.phi
 
@@ -113,15 +116,21 @@ class LearnedFeedforward:
 
     `poll()` (a timer thread) loads a newer checkpoint and swaps it in between calls; the
     recurrent state is rebuilt on the recent reference inputs (`StreamingPredictor`, as the
-    learner's own predictor does). Observation x = [q_ref, qd_ref, qdd_ref]; the action (the
+    learner's own predictor does). Observation x = [q_ref, qd_ref, a]; the action (the
     previous torque, for models that use one) is the previous feed-forward output.
+    a is the acceleration formed as the learner forms it: `differentiator` (the learner's
+    causal fit, `accel_window` samples) on qd_ref, not the exact qdd_ref. Why: the model was
+    fitted on that delayed estimate (its residual learned to make up for the delay); fed the
+    exact acceleration, it tracked worse than the URDF alone at the trajectory's fastest
+    changes (bench/arm_control.py, 26 Nov). qdd_ref stands in while the fit warms up.
     """
 
     def __init__(self, folder: Path, joint_names: Sequence[str], fallback: Feedforward,
-                 history_size: int = 32) -> None:
+                 differentiator: CausalDifferentiator, history_size: int = 32) -> None:
         self.checkpoints = CheckpointDirectory(Path(folder))
         self.joint_names = list(joint_names)
         self.fallback = fallback
+        self._differentiator = differentiator
         self._history_size = history_size
         self._lock = threading.Lock()
         self._published: Optional[Published] = None
@@ -159,22 +168,26 @@ class LearnedFeedforward:
             return self._published
 
     def reset(self) -> None:
-        """Forget the recurrent state (the reference restarted)."""
+        """Forget the recurrent state and the acceleration fit (the reference restarted)."""
+        self._differentiator.reset()
         if self._predictor is not None:
             self._predictor.reset()
 
-    def __call__(self, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
-        """Return tau (n,) N m for one reference sample."""
+    def __call__(self, t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray
+                 ) -> np.ndarray:
+        """Return tau (n,) N m for one reference sample at t s."""
+        estimate = self._differentiator.update(t, qd)
         published = self._source()
         if published is None:
             self.fallback_calls += 1
-            return self.fallback(q, qd, qdd)
+            return self.fallback(t, q, qd, qdd)
         if self._predictor is None:
             model = published.model
             self._predictor = StreamingPredictor(self._source, model.n_obs, model.n_act,
                                                  self._history_size)
         action = self._previous if published.model.n_act else None
-        mean, _ = self._predictor.predict(np.concatenate([q, qd, qdd]), action)
+        acceleration = qdd if estimate is None else estimate
+        mean, _ = self._predictor.predict(np.concatenate([q, qd, acceleration]), action)
         self._previous = np.asarray(mean, dtype=np.float64)
         return self._previous
 
@@ -244,10 +257,11 @@ class ArmController:
             if reset is not None:
                 reset()
             self.braking = False
-        q_ref, qd_ref, qdd_ref = self.reference_at((stamp_ns - self._start_ns) * 1e-9)
+        t = (stamp_ns - self._start_ns) * 1e-9
+        q_ref, qd_ref, qdd_ref = self.reference_at(t)
         self.last_error = q_ref - q
         torque = (self._kp * self.last_error + self._kd * (qd_ref - qd)
-                  + self.feedforward(q_ref, qd_ref, qdd_ref))
+                  + self.feedforward(t, q_ref, qd_ref, qdd_ref))
         if not np.all(np.isfinite(torque)):
             self.counts['non_finite_output'] += 1
             return np.zeros_like(torque)

@@ -36,6 +36,7 @@ from robot_dynamics_learning.nodes.conversions import (FieldNeed, float64_array_
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.resources import resource
+from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -69,6 +70,8 @@ class ArmControllerNode(Node):
         declare('stale_timeout_s', default.stale_timeout_s, 'zero torque when the newest '
                 'state is older than this (s)', 0.001, 5.0)
         declare('command_topic', '/effort_controller/commands', 'torque command topic')
+        declare('accel_window', 21, 'samples in the causal acceleration fit of the learned '
+                "feed-forward's input (must match the learner's)", 3, 1000)
         declare('torch_threads', 1, 'torch intra-op threads (learned feed-forward)', 1, 64)
         get = self.get_parameter
         torch.set_num_threads(get('torch_threads').value)
@@ -87,8 +90,10 @@ class ArmControllerNode(Node):
         if self.mode == 'learned':
             if not get('checkpoint_dir').value:
                 raise ValueError('feedforward learned needs checkpoint_dir')
-            self.learned = LearnedFeedforward(Path(get('checkpoint_dir').value),
-                                              self.joint_names, fallback=feedforward)
+            self.learned = LearnedFeedforward(
+                Path(get('checkpoint_dir').value), self.joint_names, fallback=feedforward,
+                differentiator=CausalDifferentiator(len(self.joint_names),
+                                                    window=get('accel_window').value))
             feedforward = self.learned
         limits = robot.joint_limits
         self.controller = ArmController(
