@@ -62,7 +62,8 @@ LABELS = {'none': 'PD only', 'urdf': 'PD + URDF feed-forward',
 
 
 def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
-                checkpoint_period_s: float, folder: Path) -> Dict[str, object]:
+                checkpoint_period_s: float, folder: Path,
+                payload_forgetting: float = 0.9999) -> Dict[str, object]:
     """Run one controller on the MuJoCo arm; return per-step errors and learner numbers."""
     urdf = resource('urdf/panda.urdf')
     sim = MujocoArm(MujocoArmConfig())
@@ -79,8 +80,8 @@ def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
     learner, stream = None, None
     if mode == 'learned':
         torch.manual_seed(0)
-        model = build_model('hybrid', {'urdf': str(urdf), 'hidden_size': 32, 'num_layers': 1},
-                            3 * n, n, n)
+        model = build_model('hybrid', {'urdf': str(urdf), 'hidden_size': 32, 'num_layers': 1,
+                                       'payload_forgetting': payload_forgetting}, 3 * n, n, n)
         config = LearnerConfig(BufferConfig(), TrainerConfig(updates_per_sample=0.05))
         learner = ContinualLearner(
             model, 3 * n, n, n, config, np.random.default_rng(0),
@@ -153,14 +154,16 @@ def plot(curves: Dict[str, np.ndarray], change_s: float, path: Path) -> None:
     plt.close(figure)
 
 
-def offline(seconds: float, change_s: float, checkpoint_period_s: float) -> dict:
+def offline(seconds: float, change_s: float, checkpoint_period_s: float,
+            payload_forgetting: float) -> dict:
     """Run the three controllers; return the acceptance numbers."""
     torch.set_num_threads(1)
     runs, curves = {}, {}
     for mode in MODES:
         print(f'closed loop, {LABELS[mode]}: {seconds:.0f} s ...', flush=True)
         with tempfile.TemporaryDirectory() as folder:
-            run = closed_loop(mode, seconds, change_s, 2.0, checkpoint_period_s, Path(folder))
+            run = closed_loop(mode, seconds, change_s, 2.0, checkpoint_period_s, Path(folder),
+                              payload_forgetting)
         errors = run.pop('errors')
         curves[mode] = trailing_rmse(errors, RATE)
         run.update(rmse_before_change_rad=rmse(errors, change_s - PERIOD_S, change_s),
@@ -186,7 +189,8 @@ def offline(seconds: float, change_s: float, checkpoint_period_s: float) -> dict
                        'world': vars(MujocoArmConfig()), 'controller': {
                            'kp': ArmControllerConfig().kp, 'kd': ArmControllerConfig().kd},
                        'learner': 'hybrid, config/learner.yaml settings, updates_per_sample '
-                                  '0.05, in the loop (ContinualLearner.train_pending)'},
+                                  '0.05, in the loop (ContinualLearner.train_pending)',
+                       'payload_forgetting': payload_forgetting},
             'runs': runs, 'summary': summary}
 
 
@@ -250,6 +254,8 @@ def main(argv=None) -> None:
     parser.add_argument('--seconds', type=float, default=90.0)
     parser.add_argument('--change', type=float, default=70.0, help='payload change (s)')
     parser.add_argument('--checkpoint-period', type=float, default=5.0)
+    parser.add_argument('--payload-forgetting', type=float, default=0.9999,
+                        help="the hybrid's payload RLS forgetting factor (docs/simulation.md)")
     parser.add_argument('--live', type=float, default=20.0, help='live seconds (0: skip)')
     parser.add_argument('--realtime-priority', type=int, default=50, help='a second live run '
                         'with the nodes under SCHED_FIFO at this priority (0: skip)')
@@ -261,7 +267,8 @@ def main(argv=None) -> None:
     if args.live and args.realtime_priority:
         results['live_realtime'] = live(args.live, args.realtime_priority)
         print(json.dumps(results['live_realtime'], indent=1), flush=True)
-    results.update(offline(args.seconds, args.change, args.checkpoint_period))
+    results.update(offline(args.seconds, args.change, args.checkpoint_period,
+                           args.payload_forgetting))
     print(json.dumps(results['summary'], indent=1))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / 'arm_control.json').write_text(json.dumps(results, indent=1, default=str))

@@ -32,9 +32,9 @@ import time
 from ament_index_python.packages import get_package_share_directory, PackageNotFoundError
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
-from launch.conditions import LaunchConfigurationEquals
+from launch.conditions import IfCondition
 from launch.launch_description_sources import PythonLaunchDescriptionSource
-from launch.substitutions import LaunchConfiguration
+from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 
@@ -81,7 +81,8 @@ def generate_launch_description() -> LaunchDescription:
                               description='SCHED_FIFO priority (1-99) of our nodes; 0: normal'),
         OpaqueFunction(function=_require_simulator),
         Node(package=PACKAGE, executable='mujoco_arm', name='mujoco_arm', output='screen',
-             condition=LaunchConfigurationEquals('simulator', 'mujoco'),
+             condition=IfCondition(PythonExpression(
+                 ["'", config('simulator'), "' == 'mujoco'"])),
              parameters=[config('params'), {
                  'publish_clock': True,
                  'payload_mass': ParameterValue(config('payload_mass'), value_type=float),
