@@ -98,5 +98,7 @@ def test_world_differs_from_the_urdf_and_the_payload_changes_it():
     assert drift(2.0) > 1e-2
     with pytest.raises(ValueError, match='friction has 3 entries'):
         MujocoArm(MujocoArmConfig(friction=(0.1, 0.1, 0.1)))
+    with pytest.raises(ValueError, match='initial position needs 7 values'):
+        MujocoArm().reset(np.zeros(3))
     with pytest.raises(ValueError, match='timeout_action'):
         MujocoArmConfig(timeout_action='coast')

@@ -161,6 +161,10 @@ class MujocoArm:
 
     def reset(self, position: np.ndarray, velocity: Optional[np.ndarray] = None) -> None:
         """Put the arm at q (rad), qd (rad/s; default 0), time 0, no command held."""
+        for name, value in (('position', position), ('velocity', velocity)):
+            if value is not None and np.shape(value) != (self.n_dof,):
+                raise ValueError(f'initial {name} needs {self.n_dof} values '
+                                 f'{self.joint_names}, got {np.shape(value)}')
         mujoco.mj_resetData(self.model, self.data)
         self.data.qpos[:] = position
         self.data.qvel[:] = 0.0 if velocity is None else velocity
