@@ -4,7 +4,7 @@ import pytest
 from ros_util import start_node, stop_node, TestNode, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64, Float64MultiArray
 
 pytestmark = pytest.mark.ros
 
@@ -28,6 +28,7 @@ def test_publishes_applied_torque_and_counts_clipped_and_refused_commands(tmp_pa
         probe.node.create_subscription(DiagnosticArray, '/diagnostics', diagnostics.append, 10)
         commands = probe.node.create_publisher(Float64MultiArray, '/effort_controller/commands',
                                                10)
+        payload = probe.node.create_publisher(Float64, '/mujoco_arm/payload_mass', 10)
         process = start_node('mujoco_arm', {'command_timeout_s': 0.5,
                                             'timeout_action': 'zero'}, log_path=log)
         try:
@@ -40,12 +41,17 @@ def test_publishes_applied_torque_and_counts_clipped_and_refused_commands(tmp_pa
             assert wait_for(lambda: diagnostics and diagnostics_values(diagnostics).get(
                 'rejected_size') == '1', 10), log.read_text()
             assert wait_for(lambda: states[-1].effort[0] == 0.0, 10)   # the command expired
+            payload.publish(Float64(data=float('nan')))
+            payload.publish(Float64(data=2.0))
+            assert wait_for(lambda: diagnostics_values(diagnostics).get('payload_kg') == '2.0',
+                            10), log.read_text()
         finally:
             stop_node(process)
     values = diagnostics_values(diagnostics)
     assert (values['commands'], values['clipped'], values['rejected_non_finite']) == \
         ('1', '1', '1')
     assert float(values['publish_late_ms_p99']) >= 0.0
+    assert 'ignored payload mass nan' in log.read_text()
     held = [m for m in states if m.effort[0] == 87.0]
     assert list(held[0].effort) == [87.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     # Held for command_timeout_s (0.5 s at 1 kHz: about 500 states), then zero torque again.
