@@ -15,6 +15,8 @@ NODES = [
     'car_state_estimator',
     'car_model_learner',
     'car_mpc',
+    'mujoco_arm',
+    'arm_controller',
 ]
 
 setup(

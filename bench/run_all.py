@@ -6,10 +6,12 @@ import sys
 BENCHMARKS = (
     'rbd',
     'mpc',
+    'mpc_solvers',
     'bag_read',
     'models',
     'continual',
     'replay',
+    'arm_control',
 )
 
 

@@ -61,6 +61,20 @@ class ReferenceConfig:
             raise ValueError(f'rest_time must be >= 0, got {self.rest_time}')
 
 
+def minimum_jerk(t: np.ndarray, duration: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """
+    Return the minimum-jerk path s, ds/dt, d2s/dt2 from 0 to 1 over `duration` s at times t.
+
+    s(u) = 10u^3 - 15u^4 + 6u^5 with u = t / duration clipped to [0, 1] (Flash and Hogan):
+    zero velocity and acceleration at both ends.
+    """
+    u = np.clip(t / duration, 0.0, 1.0)
+    s = u ** 3 * (10 - 15 * u + 6 * u ** 2)
+    sd = 30 * u ** 2 * (1 - u) ** 2 / duration
+    sdd = 60 * u * (1 - u) * (1 - 2 * u) / duration ** 2
+    return s, sd, sdd
+
+
 class JointReference:
     """Reference q, qd, qdd (T, n) at any times for joints with limits lower/upper (n,)."""
 
@@ -103,10 +117,7 @@ class JointReference:
         unique, inverse = np.unique(move, return_inverse=True)
         start = self._waypoints(unique)[inverse]
         goal = self._waypoints(unique + 1)[inverse]
-        u = np.clip((t - move * period) / c.move_time, 0.0, 1.0)[:, None]
-        s = u ** 3 * (10 - 15 * u + 6 * u ** 2)
-        sd = 30 * u ** 2 * (1 - u) ** 2 / c.move_time
-        sdd = 60 * u * (1 - u) * (1 - 2 * u) / c.move_time ** 2
+        s, sd, sdd = minimum_jerk((t - move * period)[:, None], c.move_time)
         delta = goal - start
         return start + s * delta, sd * delta, sdd * delta
 

@@ -1,0 +1,282 @@
+"""
+Feed-forward joint-torque control of the arm: PD on the tracking error plus an inverse model.
+
+    tau = Kp (q_ref - q) + Kd (qd_ref - qd) + model(q_ref, qd_ref, qdd_ref)      (N m)
+
+The model is the URDF rigid body (`RigidBodyFeedforward`, RNEA through the hybrid's
+`FastRegressor`: Pinocchio when importable), the continual learner's newest checkpoint
+(`LearnedFeedforward`, hot-reloaded as torque_predictor does) or none (PD only). As the model
+learns the arm, the tracking error falls: tracking RMSE is what a learned model is worth in
+control.
+
+`ArmController` is the ROS-free core of nodes/arm_controller.py and of bench/arm_control.py
+(one code path). Its reference (sim/trajectories.py) starts with a minimum-jerk approach of
+`approach_s` (a quintic from the arm at rest to the trajectory's position, velocity and
+acceleration at its start, so PD sees no step). Safety, as car_mpc: a state
+stamped more than `stale_timeout_s` in the future is dropped, one older than that on arrival
+too (counted); the watchdog sends zero torque while the newest state is stale, and control
+resumes only from a state stamped after the brake, restarting with a new approach; a
+non-finite torque is never sent (zero instead, counted); every command is clipped to the
+effort limits (counted). Units: rad, rad/s, rad/s^2, N m; stamps integer nanoseconds.
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+import threading
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+from robot_dynamics_learning.dynamics import load_urdf
+from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
+from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
+from robot_dynamics_learning.models.base import DynamicsModel
+from robot_dynamics_learning.models.hybrid import FastRegressor
+from robot_dynamics_learning.signals.causal import CausalDifferentiator
+from robot_dynamics_learning.sim.trajectories import JointReference, ReferenceConfig
+
+FEEDFORWARD_MODES = ('none', 'urdf', 'learned')
+# (t s since the (re)start, q_ref, qd_ref, qdd_ref) -> tau (n,) N m
+Feedforward = Callable[[float, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def _floats(*values: float) -> Tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+@dataclass(frozen=True)
+class ArmControllerConfig:
+    """
+    kp (N m/rad), kd (N m s/rad): PD gains per joint (the defaults suit the Panda at 1 kHz).
+
+    approach_s: minimum-jerk move from the first state to the trajectory's start (s).
+    stale_timeout_s: the newest state older than this (node clock) brakes (s).
+    reference: the trajectory followed after the approach.
+    """
+
+    kp: Tuple[float, ...] = _floats(600, 600, 600, 600, 250, 150, 50)
+    kd: Tuple[float, ...] = _floats(30, 30, 30, 30, 10, 10, 5)
+    approach_s: float = 2.0
+    stale_timeout_s: float = 0.05
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+
+    def __post_init__(self) -> None:
+        """Reject values that cannot work, naming them."""
+        if len(self.kp) != len(self.kd):
+            raise ValueError(f'kp and kd need one entry per joint, got {self.kp}, {self.kd}')
+        for name in ('kp', 'kd'):
+            if not all(np.isfinite(v) and v >= 0 for v in getattr(self, name)):
+                raise ValueError(f'{name} must be finite and >= 0, got {getattr(self, name)}')
+        if not self.approach_s >= 0:
+            raise ValueError(f'approach_s must be >= 0, got {self.approach_s}')
+        if not self.stale_timeout_s > 0:
+            raise ValueError(f'stale_timeout_s must be > 0, got {self.stale_timeout_s}')
+
+
+def quintic(t: float, duration: float, start: Sequence[np.ndarray], end: Sequence[np.ndarray]
+            ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """
+    Return p, v, a at t of the quintic joining (p, v, a) `start` at 0 to `end` at `duration`.
+
+    The unique fifth-order polynomial meeting position, velocity and acceleration at both
+    ends (per joint); t is clipped to [0, duration].
+    """
+    (p0, v0, a0), (p1, v1, a1), span = start, end, duration
+    t = min(max(t, 0.0), span)
+    dp = p1 - p0
+    c3 = (20 * dp - (8 * v1 + 12 * v0) * span - (3 * a0 - a1) * span ** 2) / (2 * span ** 3)
+    c4 = (-30 * dp + (14 * v1 + 16 * v0) * span + (3 * a0 - 2 * a1) * span ** 2) / (2 * span ** 4)
+    c5 = (12 * dp - 6 * (v1 + v0) * span - (a0 - a1) * span ** 2) / (2 * span ** 5)
+    position = p0 + t * (v0 + t * (a0 / 2 + t * (c3 + t * (c4 + t * c5))))
+    velocity = v0 + t * (a0 + t * (3 * c3 + t * (4 * c4 + t * 5 * c5)))
+    acceleration = a0 + t * (6 * c3 + t * (12 * c4 + t * 20 * c5))
+    return position, velocity, acceleration
+
+
+def no_feedforward(t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
+    """Return zero torque: PD only."""
+    return np.zeros_like(q)
+
+
+class RigidBodyFeedforward:
+    """RNEA of the URDF as given (no friction, armature or payload): tau = Y(q, qd, qdd) phi."""
+
+    def __init__(self, urdf: Path) -> None:
+        robot = load_urdf(Path(urdf))
+        self.joint_names = tuple(robot.joint_names)
+        self._regressor = FastRegressor(robot, Path(urdf))
+
+    def __call__(self, t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray
+                 ) -> np.ndarray:
+        """Return tau (n,) N m for one reference sample."""
+        return self._regressor(q, qd, qdd) @ self._regressor.phi
+
+
+class LearnedFeedforward:
+    """
+    The newest checkpoint of `folder` stepped on the reference; `fallback` until one loads.
+
+    `poll()` (a timer thread) loads a newer checkpoint and swaps it in between calls; the
+    recurrent state is rebuilt on the recent reference inputs (`StreamingPredictor`, as the
+    learner's own predictor does). Observation x = [q_ref, qd_ref, a]; the action (the
+    previous torque, for models that use one) is the previous feed-forward output.
+    a is the acceleration formed as the learner forms it: `differentiator` (the learner's
+    causal fit, `accel_window` samples) on qd_ref, not the exact qdd_ref. Why: the model was
+    fitted on that delayed estimate (its residual learned to make up for the delay); fed the
+    exact acceleration, it tracked worse than the URDF alone at the trajectory's fastest
+    changes (bench/arm_control.py, 26 Nov). qdd_ref stands in while the fit warms up.
+    """
+
+    def __init__(self, folder: Path, joint_names: Sequence[str], fallback: Feedforward,
+                 differentiator: CausalDifferentiator, history_size: int = 32) -> None:
+        self.checkpoints = CheckpointDirectory(Path(folder))
+        self.joint_names = list(joint_names)
+        self.fallback = fallback
+        self._differentiator = differentiator
+        self._history_size = history_size
+        self._lock = threading.Lock()
+        self._published: Optional[Published] = None
+        self._predictor: Optional[StreamingPredictor] = None
+        self._previous = np.zeros(len(joint_names))
+        self.path: Optional[Path] = None
+        self.loads = 0
+        self.load_errors = 0
+        self.fallback_calls = 0
+
+    def poll(self) -> Optional[str]:
+        """Load the newest checkpoint if it is new; return what happened (None: nothing)."""
+        paths = self.checkpoints.paths()
+        if not paths or paths[-1] == self.path:
+            return None
+        try:
+            loaded = self.checkpoints.load_latest(self.joint_names)
+        except (ValueError, FileNotFoundError, OSError) as error:
+            self.load_errors += 1
+            return f'checkpoint not loaded, keeping the current model: {error}'
+        if loaded.path == self.path:   # the newest file was corrupt: still the same model
+            return None
+        model: DynamicsModel = loaded.model.eval()
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        with self._lock:
+            version = 1 if self._published is None else self._published.version + 1
+            self._published = Published(version, model)
+        self.path = loaded.path
+        self.loads += 1
+        return f"using checkpoint {loaded.path} (step {loaded.metadata.get('steps', '?')})"
+
+    def _source(self) -> Published:
+        with self._lock:
+            return self._published
+
+    def reset(self) -> None:
+        """Forget the recurrent state and the acceleration fit (the reference restarted)."""
+        self._differentiator.reset()
+        if self._predictor is not None:
+            self._predictor.reset()
+
+    def __call__(self, t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray
+                 ) -> np.ndarray:
+        """Return tau (n,) N m for one reference sample at t s."""
+        estimate = self._differentiator.update(t, qd)
+        published = self._source()
+        if published is None:
+            self.fallback_calls += 1
+            return self.fallback(t, q, qd, qdd)
+        if self._predictor is None:
+            model = published.model
+            self._predictor = StreamingPredictor(self._source, model.n_obs, model.n_act,
+                                                 self._history_size)
+        action = self._previous if published.model.n_act else None
+        acceleration = qdd if estimate is None else estimate
+        mean, _ = self._predictor.predict(np.concatenate([q, qd, acceleration]), action)
+        self._previous = np.asarray(mean, dtype=np.float64)
+        return self._previous
+
+
+class ArmController:
+    """
+    PD plus feed-forward on a reference, with stale-state, limit and finiteness safety.
+
+    Call `on_state` for every joint state (returns the torque to send, or None when the state
+    was dropped) and `watchdog` periodically (returns the brake torque while states are
+    stale, else None). Counters in `counts`. One thread at a time.
+    """
+
+    def __init__(self, config: ArmControllerConfig, feedforward: Feedforward,
+                 lower: np.ndarray, upper: np.ndarray, effort_limit: np.ndarray) -> None:
+        self.config = config
+        self.feedforward = feedforward
+        self.reference = JointReference(lower, upper, config.reference)
+        self.effort_limit = np.asarray(effort_limit, dtype=np.float64)
+        n = self.effort_limit.size
+        if len(config.kp) != n:
+            raise ValueError(f'kp and kd have {len(config.kp)} entries for {n} joints')
+        self._kp, self._kd = np.asarray(config.kp), np.asarray(config.kd)
+        self._start_ns: Optional[int] = None
+        self._start_q = np.zeros(n)
+        self._last_stamp: Optional[int] = None
+        self._brake_stamp = -1
+        self.braking = True   # nothing to control before the first state
+        self.last_error = np.zeros(n)
+        self.counts: Dict[str, int] = dict.fromkeys(
+            ('commands', 'clipped', 'non_finite_output', 'brake_stale', 'restarts',
+             'rejected_future_stamp', 'rejected_stale', 'skipped_after_brake'), 0)
+
+    def reference_at(self, t: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return q_ref, qd_ref, qdd_ref (n,) at t s after the (re)start, approach included."""
+        approach = self.config.approach_s
+        if t >= approach:
+            q, qd, qdd = self.reference(np.array([t - approach]))
+            return q[0], qd[0], qdd[0]
+        goal = tuple(value[0] for value in self.reference(np.array([0.0])))
+        rest = np.zeros_like(self._start_q)
+        return quintic(t, approach, (self._start_q, rest, rest), goal)
+
+    def _stale(self, now_ns: int) -> bool:
+        timeout = self.config.stale_timeout_s * 1e9
+        return self._last_stamp is None or now_ns - self._last_stamp > timeout
+
+    def on_state(self, stamp_ns: int, now_ns: int, q: np.ndarray, qd: np.ndarray
+                 ) -> Optional[np.ndarray]:
+        """Return the torque (n,) N m for a parsed, finite joint state, or None if dropped."""
+        timeout = self.config.stale_timeout_s * 1e9
+        if stamp_ns - now_ns > timeout:
+            self.counts['rejected_future_stamp'] += 1
+            return None
+        if now_ns - stamp_ns > timeout:
+            self.counts['rejected_stale'] += 1
+            return None
+        if stamp_ns <= self._brake_stamp:
+            self.counts['skipped_after_brake'] += 1
+            return None
+        self._last_stamp = stamp_ns
+        if self.braking:   # (re)start: approach the trajectory from where the arm is
+            if self._start_ns is not None:
+                self.counts['restarts'] += 1
+            self._start_ns, self._start_q = stamp_ns, np.array(q, dtype=np.float64)
+            reset = getattr(self.feedforward, 'reset', None)
+            if reset is not None:
+                reset()
+            self.braking = False
+        t = (stamp_ns - self._start_ns) * 1e-9
+        q_ref, qd_ref, qdd_ref = self.reference_at(t)
+        self.last_error = q_ref - q
+        torque = (self._kp * self.last_error + self._kd * (qd_ref - qd)
+                  + self.feedforward(t, q_ref, qd_ref, qdd_ref))
+        if not np.all(np.isfinite(torque)):
+            self.counts['non_finite_output'] += 1
+            return np.zeros_like(torque)
+        clipped = np.clip(torque, -self.effort_limit, self.effort_limit)
+        if np.any(clipped != torque):
+            self.counts['clipped'] += 1
+        self.counts['commands'] += 1
+        return clipped
+
+    def watchdog(self, now_ns: int) -> Optional[np.ndarray]:
+        """Return zero torque (and count the first tick) while the newest state is stale."""
+        if not self._stale(now_ns):
+            return None
+        if not self.braking:
+            self.counts['brake_stale'] += 1
+            self.braking = True
+            self._brake_stamp = -1 if self._last_stamp is None else self._last_stamp
+        return np.zeros_like(self.effort_limit)

@@ -1,0 +1,126 @@
+"""Feed-forward arm controller core: tracks on MuJoCo, hot-reloads checkpoints, fails safe."""
+import numpy as np
+import pytest
+from robot_dynamics_learning.control.arm_feedforward import (ArmController,
+                                                             ArmControllerConfig,
+                                                             LearnedFeedforward,
+                                                             no_feedforward,
+                                                             RigidBodyFeedforward)
+from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
+from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.resources import resource
+from robot_dynamics_learning.signals.causal import CausalDifferentiator
+from robot_dynamics_learning.sim.mujoco_arm import MujocoArm, MujocoArmConfig
+
+URDF = resource('urdf/panda.urdf')
+FRICTIONLESS = {'friction': (0.0,) * 7, 'damping': (0.0,) * 7, 'armature': (0.0,) * 7}
+MS = 1_000_000
+
+
+def make_controller(feedforward, arm: MujocoArm, **config) -> ArmController:
+    lower, upper = arm.model.jnt_range.T
+    return ArmController(ArmControllerConfig(**config), feedforward, lower, upper,
+                         arm.effort_limit)
+
+
+def tracking_rmse(feedforward, seconds: float = 3.0) -> float:
+    """Run the closed loop on a frictionless MuJoCo arm; RMSE (rad) after the approach."""
+    arm = MujocoArm(MujocoArmConfig(**FRICTIONLESS))
+    controller = make_controller(feedforward, arm, approach_s=1.0)
+    arm.reset(arm.model.jnt_range.mean(axis=1))
+    errors = []
+    for k in range(int(seconds * 1000)):
+        state = arm.state()
+        stamp = (k + 1) * MS
+        arm.command(controller.on_state(stamp, stamp, state.position, state.velocity))
+        arm.step()
+        if k >= 1000:
+            errors.append(controller.last_error)
+    return float(np.sqrt(np.mean(np.square(errors))))
+
+
+def test_urdf_feedforward_tracks_the_exact_world_far_better_than_pd():
+    pd = tracking_rmse(no_feedforward)
+    rigid_body = tracking_rmse(RigidBodyFeedforward(URDF))
+    assert rigid_body < 2e-3 < pd and rigid_body < pd / 10
+
+
+def test_approach_starts_at_the_arm_and_ends_on_the_trajectory():
+    arm = MujocoArm()
+    controller = make_controller(no_feedforward, arm, approach_s=2.0)
+    start = arm.model.jnt_range.mean(axis=1) + 0.1
+    controller.on_state(MS, MS, start, np.zeros(7))
+    q, qd, _ = controller.reference_at(0.0)
+    np.testing.assert_allclose(q, start)
+    np.testing.assert_allclose(qd, 0.0)
+    for reached, goal in zip(controller.reference_at(2.0),
+                             controller.reference(np.array([0.0]))):
+        np.testing.assert_allclose(reached, goal[0], atol=1e-9)
+    # Continuous with the trajectory: no step in velocity or acceleration for the PD to see.
+    for before, after in zip(controller.reference_at(2.0 - 1e-6),
+                             controller.reference_at(2.0 + 1e-6)):
+        np.testing.assert_allclose(before, after, atol=1e-4)
+
+
+def test_stale_states_brake_and_control_restarts_only_from_a_newer_state():
+    arm = MujocoArm()
+    controller = make_controller(no_feedforward, arm, stale_timeout_s=0.02)
+    q = arm.model.jnt_range.mean(axis=1)
+    assert controller.on_state(100 * MS, 100 * MS, q, np.zeros(7)) is not None
+    assert controller.watchdog(110 * MS) is None
+    np.testing.assert_array_equal(controller.watchdog(130 * MS), np.zeros(7))
+    controller.watchdog(140 * MS)
+    assert controller.counts['brake_stale'] == 1
+    # Delivered late: the old state is dropped; a future-stamped one too.
+    assert controller.on_state(100 * MS, 101 * MS, q, np.zeros(7)) is None
+    assert controller.on_state(200 * MS, 140 * MS, q, np.zeros(7)) is None
+    assert controller.on_state(100 * MS, 140 * MS, q, np.zeros(7)) is None
+    assert controller.on_state(141 * MS, 141 * MS, q + 0.2, np.zeros(7)) is not None
+    np.testing.assert_allclose(controller.reference_at(0.0)[0], q + 0.2)   # new approach
+    assert {k: controller.counts[k] for k in ('rejected_future_stamp', 'rejected_stale',
+                                              'skipped_after_brake', 'restarts')} == {
+        'rejected_future_stamp': 1, 'rejected_stale': 1, 'skipped_after_brake': 1,
+        'restarts': 1}
+
+
+def test_outputs_are_clipped_and_never_non_finite():
+    arm = MujocoArm()
+    q = arm.model.jnt_range.mean(axis=1)
+    huge = make_controller(lambda t, q, qd, qdd: np.full(7, 1e3), arm)
+    np.testing.assert_array_equal(huge.on_state(MS, MS, q, np.zeros(7)), arm.effort_limit)
+    broken = make_controller(lambda t, q, qd, qdd: np.full(7, np.nan), arm)
+    np.testing.assert_array_equal(broken.on_state(MS, MS, q, np.zeros(7)), np.zeros(7))
+    assert huge.counts['clipped'] == 1 and broken.counts['non_finite_output'] == 1
+    assert broken.counts['commands'] == 0
+
+
+def test_learned_feedforward_falls_back_then_hot_reloads_newer_checkpoints(tmp_path):
+    names = [f'panda_joint{i}' for i in range(1, 8)]
+    rigid_body = RigidBodyFeedforward(URDF)
+    learned = LearnedFeedforward(tmp_path, names, fallback=lambda t, q, qd, qdd: np.ones(7),
+                                 differentiator=CausalDifferentiator(7, window=5))
+    q, qd, qdd = np.full(7, 0.1), np.full(7, 0.2), np.full(7, 0.3)
+    assert learned.poll() is None
+    np.testing.assert_array_equal(learned(0.0, q, qd, qdd), np.ones(7))
+    model = build_model('rigid_body', {'urdf': str(URDF)}, 21, 7, 7)
+    folder = CheckpointDirectory(tmp_path)
+    folder.save(model, names)
+    assert 'using checkpoint' in learned.poll() and learned.poll() is None
+    # Until the acceleration fit is warm, qdd_ref; then the fit of qd_ref (constant: 0).
+    np.testing.assert_allclose(learned(0.001, q, qd, qdd), rigid_body(0, q, qd, qdd), rtol=1e-5)
+    for k in range(2, 6):
+        tau = learned(k * 1e-3, q, qd, qdd)
+    np.testing.assert_allclose(tau, rigid_body(0, q, qd, np.zeros(7)), rtol=1e-5)
+    # A newer model replaces it between calls; a corrupt newest file keeps the last one.
+    heavier = build_model('rigid_body', {'urdf': str(URDF)}, 21, 7, 7)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(heavier.body, 'rnea', lambda *x: 2 * model.body.rnea(*x))
+        folder.save(heavier, names)
+    learned.poll()
+    assert learned.loads == 2 and learned.fallback_calls == 1
+    (tmp_path / 'model_000009.pt').write_bytes(b'truncated')
+    assert learned.poll() is None and learned.path.name == 'model_000001.pt'
+    wrong = LearnedFeedforward(tmp_path, names[::-1], fallback=no_feedforward,
+                               differentiator=CausalDifferentiator(7))
+    (tmp_path / 'model_000009.pt').unlink()
+    assert 'not loaded' in wrong.poll() and wrong.load_errors == 1
