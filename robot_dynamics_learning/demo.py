@@ -21,6 +21,10 @@ a slow or busy computer shows the same story, only slower:
 3. Summary: every target, met or MISSED, with its number; out/demo/continual_demo.png
    (predicted vs measured torque, the error over robot time, the payload change marked).
 4. The RC-car lap of `robot_dynamics_learning.control.demo_lap.run` (car_lap.png).
+5. Learned models in control: the Panda on MuJoCo (independent physics with friction,
+   damping and armature the URDF lacks) tracks its reference with PD only, PD + URDF
+   feed-forward and PD + the hybrid learned while controlling, +payload part-way
+   (`control/arm_demo.run`, offline, deterministic; arm_control.png).
 
 Progress comes from the learner's `status_path` JSON (its diagnostics and the newest stamp
 it accepted), the data from its `record_path` .npz, and from arm_sim's log only the stamp
@@ -344,6 +348,22 @@ def shown_and_not(run: Phase, payload: float) -> List[str]:
             'shown: ' + '; '.join(shown), 'not shown: ' + '; '.join(missing)]
 
 
+def arm_control_summary(result: dict, png: Path) -> List[str]:
+    """Return the arm-control lines: RMSE per controller, the learned model's worth, met or not."""
+    rmse = {mode: run['rmse_before_change_rad'] * 1e3
+            for mode, run in result['controllers'].items()}
+    after = {mode: run['rmse_after_change_rad'] * 1e3
+             for mode, run in result['controllers'].items()}
+    return [f"tracking RMSE before the payload: PD {rmse['none']:.2f}, URDF feed-forward "
+            f"{rmse['urdf']:.2f}, learned feed-forward {rmse['learned']:.2f} mrad",
+            f"learned beats PD only: {rmse['none'] / rmse['learned']:.1f}x: "
+            f"{_verdict(rmse['learned'] < rmse['none'])}",
+            f"learned beats URDF feed-forward: {rmse['urdf'] / rmse['learned']:.2f}x: "
+            f"{_verdict(rmse['learned'] < rmse['urdf'])}",
+            f"after +{result['payload_kg']:g} kg: PD {after['none']:.2f}, URDF "
+            f"{after['urdf']:.2f}, learned {after['learned']:.2f} mrad", f'figure: {png}']
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run learner and simulator over DDS on robot time; measure, adapt, summarise, plot."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
@@ -365,6 +385,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument('--startup-guard-s', type=float, default=300.0,
                         help='wall seconds the learner may take to start')
     parser.add_argument('--no-lap', action='store_true', help='skip the RC-car lap')
+    parser.add_argument('--arm-control-s', type=float, default=60.0,
+                        help='simulated seconds of the MuJoCo arm-control comparison '
+                        '(payload at 2/3 of it; 0: skip)')
     args = parser.parse_args(argv)
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
@@ -495,6 +518,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f'[4] RC car: one MPC lap ({candidates} line-search candidates)', flush=True)
         report['lap'] = lap_summary(demo_lap.run(args.out, candidates))
         for line in report['lap']:
+            print(f'    {line}')
+    if args.arm_control_s > 0:
+        from robot_dynamics_learning.control import arm_demo
+        print(f'[5] Panda on MuJoCo: {args.arm_control_s:.0f} s of tracking with PD only, URDF '
+              'and learned feed-forward (offline, about 2x slower than real time)', flush=True)
+        report['arm_control'] = arm_control_summary(arm_demo.run(
+            args.out, args.arm_control_s, round(args.arm_control_s * 2 / 3), args.payload),
+            args.out / 'arm_control.png')
+        for line in report['arm_control']:
             print(f'    {line}')
     (args.out / 'demo_summary.json').write_text(json.dumps(report, indent=2))
     return 0
