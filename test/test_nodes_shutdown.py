@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import pytest
 from robot_dynamics_learning.processes import ros_args
 from ros_util import ROOT, TestNode, wait_for
@@ -96,3 +97,40 @@ def test_ctrl_c_during_arm_sim_start_up(tmp_path):
     assert process.returncode == 0, output
     assert 'Traceback' not in output and 'KeyboardInterrupt' not in output, output
     assert elapsed < END_WITHIN_S, f'arm_sim took {elapsed:.1f} s after Ctrl-C at start-up'
+
+
+def test_ctrl_c_ends_car_model_learner_while_it_trains(tmp_path):
+    """Its training thread checked for stop only between rounds of 50 Adam steps (issue 16)."""
+    log = tmp_path / 'car_model_learner.log'
+    process = _start_in_own_group('car_model_learner', {
+        'min_transitions': 5, 'batch_size': 8, 'steps_per_round': 100_000,
+        'checkpoint_dir': str(tmp_path / 'ckpt'), 'save_period_s': 3600.0}, log)
+    with TestNode() as probe:
+        pose = probe.node.create_publisher(PoseStamped, 'car/pose', 10)
+        twist = probe.node.create_publisher(TwistStamped, 'car/twist', 10)
+        command = probe.node.create_publisher(Twist, 'command', 10)
+        sent = [0]
+
+        def drive() -> bool:
+            """Publish one 50 Hz state and command; true once the learner is training."""
+            t = 0.02 * sent[0]
+            stamp = probe.node.get_clock().now().to_msg()
+            p = PoseStamped()
+            p.header.stamp = stamp
+            p.pose.position.x, p.pose.orientation.w = t, 1.0
+            v = TwistStamped()
+            v.header.stamp = stamp
+            v.twist.linear.x = 1.0 + 0.1 * math.sin(t)
+            c = Twist()
+            c.linear.x, c.angular.z = 0.3, 0.1 * math.sin(t)
+            for publisher, message in ((pose, p), (twist, v), (command, c)):
+                publisher.publish(message)
+            sent[0] += 1
+            time.sleep(0.02)
+            return re.search(r'steps [1-9]', log.read_text()) is not None
+        assert wait_for(drive, 90.0, period=0.0), log.read_text()
+        elapsed = _ctrl_c(process)
+    output = log.read_text()
+    assert process.returncode == 0, output
+    assert 'Traceback' not in output and 'terminate called' not in output, output
+    assert elapsed < END_WITHIN_S, f'car_model_learner took {elapsed:.1f} s after Ctrl-C'

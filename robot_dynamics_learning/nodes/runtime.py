@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, List, Optional
 
 import rclpy
-from rclpy.exceptions import InvalidHandle
+from rclpy.exceptions import InvalidHandle, ParameterException
 from rclpy.executors import (ExternalShutdownException, MultiThreadedExecutor,
                              SingleThreadedExecutor)
 from rclpy.node import Node
@@ -28,6 +28,8 @@ GIL_SWITCH_INTERVAL_S = 0.0002
 # node has to end: launch escalates to SIGTERM after 5 s).
 SHUTDOWN_WAIT_S = 1.0
 STARTUP_REFUSED = 2   # exit code of a node that refused its parameters or files at start
+# What building a node raises for bad input: our checks, a missing file, rclpy's range checks.
+STARTUP_REFUSALS = (ValueError, FileNotFoundError, ParameterException)
 
 
 def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
@@ -35,8 +37,9 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     """
     Create the node after `rclpy.init` and spin it.
 
-    A ValueError or FileNotFoundError while the node is built (a refused parameter, config,
-    URDF or checkpoint) ends the process with one logged line and exit code 2.
+    A ValueError, FileNotFoundError or rclpy ParameterException while the node is built (a
+    parameter out of its range, a refused config, URDF or checkpoint) ends the process with
+    one logged line and exit code 2.
 
     threads == 1 (default) spins a single-threaded executor: in the Jazzy wheels the
     multi-threaded executor's per-message hand-off dropped most of a 240 Hz best-effort
@@ -62,7 +65,7 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except (ValueError, FileNotFoundError) as error:
+    except STARTUP_REFUSALS as error:
         if node is not None or not rclpy.ok():
             raise
         # A refused parameter, config or file at start: one line naming it, no traceback.
