@@ -105,9 +105,14 @@ class BagPlayer(Node):
         qos = QoSProfile(depth=int(p['queue_depth']), history=HistoryPolicy.KEEP_ALL,
                          reliability=ReliabilityPolicy.RELIABLE)
         self._topic_publishers: Dict[str, object] = {}
-        with open_bag(self.bag, self.typestore) as reader:
-            available = {c.topic: c.msgtype for c in reader.connections}
-            self.duration_s = reader.duration * 1e-9
+        try:
+            with open_bag(self.bag, self.typestore) as reader:
+                available = {c.topic: c.msgtype for c in reader.connections}
+                self.duration_s = reader.duration * 1e-9
+        except (ValueError, FileNotFoundError) as error:   # spin_node: one line, exit 2
+            hint = (' (a rosbag2 folder needs its metadata.yaml; `ros2 bag reindex` rebuilds '
+                    'it)' if 'metadata' in str(error) else '')
+            raise ValueError(f'{self.bag}: {error}{hint}') from None
         missing = [t for t in wanted if t not in available]
         if missing:
             raise ValueError(f'topics {missing} are not in {self.bag}: {sorted(available)}')
@@ -338,13 +343,7 @@ def play_and_collect(bag: Path, expected: int, topic: str = '/joint_states', rat
 
 def main(args: Optional[List[str]] = None) -> None:
     """Run the bag_player node until the bag ends (exit_at_end) or Ctrl-C."""
-    try:
-        spin_node(BagPlayer, args)
-    except (ValueError, FileNotFoundError) as error:   # unreadable bag, bad parameter
-        hint = (' (a rosbag2 folder needs its metadata.yaml; `ros2 bag reindex` rebuilds it)'
-                if 'metadata' in str(error) else '')
-        print(f'bag_player: error: {error}{hint}', file=sys.stderr)
-        sys.exit(1)
+    spin_node(BagPlayer, args)
 
 
 if __name__ == '__main__':

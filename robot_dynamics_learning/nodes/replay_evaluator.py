@@ -23,6 +23,8 @@ from robot_dynamics_learning.nodes.runtime import spin_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty
 
+MATCH_TIMEOUT_S = 60.0   # longest wait for the learners' prediction publishers
+
 
 class ReplayEvaluator(Node):
     """Measured torques and predictions in, a report out at the end of the bag."""
@@ -46,7 +48,7 @@ class ReplayEvaluator(Node):
         self.first_ns: Optional[int] = None
         reliable = QoSProfile(depth=100, history=HistoryPolicy.KEEP_ALL,
                               reliability=ReliabilityPolicy.RELIABLE)
-        self.create_subscription(JointState, 'joint_states', self._on_joint_state, reliable)
+        self._reliable = reliable
         self.predictions: Dict[str, Dict[str, Dict[int, np.ndarray]]] = {}
         for learner in get('learners').value:
             label = learner.rstrip('/').split('/')[-1]
@@ -60,8 +62,28 @@ class ReplayEvaluator(Node):
             depth=1, reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.TRANSIENT_LOCAL))
         self._done = False
+        # joint_states is subscribed once every learner's predictions are matched: the player
+        # waits for that subscription, so no prediction of the first samples is lost to
+        # discovery (seen once in CI: none arrived from a 1.5 s bag).
+        self._prediction_topics = [f'{learner}/predicted_torques'
+                                   for learner in get('learners').value]
+        self._waiting_since = time.monotonic()
+        self._match_timer = self.create_timer(0.05, self._subscribe_when_matched,
+                                              clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(f'recording joint_states and {list(self.predictions)} until '
                                f"{get('end_topic').value}; report to {self.out}")
+
+    def _subscribe_when_matched(self) -> None:
+        unmatched = [t for t in self._prediction_topics if self.count_publishers(t) == 0]
+        waited = time.monotonic() - self._waiting_since
+        if unmatched and waited < MATCH_TIMEOUT_S:
+            return
+        if unmatched:
+            self.get_logger().warning(f'no publisher on {unmatched} after {waited:.0f} s; '
+                                      'recording anyway')
+        self._match_timer.cancel()
+        self.create_subscription(JointState, 'joint_states', self._on_joint_state,
+                                 self._reliable)
 
     def _on_joint_state(self, msg: JointState) -> None:
         received = time.time_ns()
