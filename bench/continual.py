@@ -177,7 +177,7 @@ def plot(data: dict, curves: Dict[str, np.ndarray], changes: List[float], path: 
     plt.close(figure)
 
 
-def _tree_rss(process: psutil.Process) -> int:
+def tree_rss(process: psutil.Process) -> int:
     """Return the resident bytes of `process` and its children (the trainer process)."""
     total = 0
     for member in [process] + process.children(recursive=True):
@@ -246,7 +246,7 @@ def live(seconds: float, urdf: str, model: str, learner_params: Optional[dict] =
             # the learner has not accepted a message for 3 s (or after 3x the time).
             while sim.poll() is None and time.monotonic() - started < seconds * 3 + 30:
                 now = time.monotonic()
-                memory.append((now - started, _tree_rss(process)))
+                memory.append((now - started, tree_rss(process)))
                 count = diagnostics.get('messages_accepted')
                 if count != last_count:
                     last_count, last_change = count, now

@@ -15,23 +15,13 @@ import sys
 import time
 from typing import Dict, List
 
+from bench.continual import tree_rss
 import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / 'bench' / 'results' / 'soak.json'
 SCRATCH = ROOT / 'bench' / 'results' / 'quick' / 'soak'
-
-
-def tree_rss_mb(process: psutil.Process) -> float:
-    """Return the resident memory (MiB) of `process` and its children."""
-    total = 0
-    for member in [process] + process.children(recursive=True):
-        try:
-            total += member.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):   # ended while being read
-            pass
-    return total / 2 ** 20
 
 
 def growth(samples: List[Dict], key: str) -> Dict[str, float]:
@@ -99,7 +89,7 @@ def run(seconds: float, period: float, model: str) -> dict:
                                        f'{SCRATCH}')
                 samples.append({
                     't_s': round(time.monotonic() - started, 2),
-                    **{f'rss_mb_{name}': round(tree_rss_mb(p), 1)
+                    **{f'rss_mb_{name}': round(tree_rss(p) / 2 ** 20, 1)
                        for name, p in processes.items()},
                     'joint_states_seen': counts['joint_states'],
                     'messages_accepted': int(diagnostics.get('messages_accepted', 0)),
