@@ -134,3 +134,13 @@ def test_ctrl_c_ends_car_model_learner_while_it_trains(tmp_path):
     assert process.returncode == 0, output
     assert 'Traceback' not in output and 'terminate called' not in output, output
     assert elapsed < END_WITHIN_S, f'car_model_learner took {elapsed:.1f} s after Ctrl-C'
+
+
+def test_an_rclpy_call_that_swallowed_ctrl_c_is_taken_as_ctrl_c():
+    """pybind11 turns the KeyboardInterrupt raised inside take_message into this error."""
+    from robot_dynamics_learning.nodes.runtime import interrupted_call
+    swallowed = RuntimeError("Unable to convert call argument '0' to Python object (#define "
+                             'PYBIND11_DETAILED_ERROR_MESSAGES or compile in debug mode)')
+    assert interrupted_call(swallowed)
+    assert not interrupted_call(RuntimeError('rcl_take failed'))
+    assert not interrupted_call(ValueError("Unable to convert call argument '0'"))
