@@ -38,9 +38,7 @@ def missing_reason() -> Optional[str]:
 
 def _colcon_command() -> Optional[List[str]]:
     """Return the colcon command: run by this interpreter, so nodes get its shebang."""
-    if (COLCON_SITE / 'colcon_core').is_dir():
-        return [sys.executable, '-m', 'colcon']
-    if importlib.util.find_spec('colcon_core') is not None:
+    if (COLCON_SITE / 'colcon_core').is_dir() or importlib.util.find_spec('colcon_core'):
         return [sys.executable, '-m', 'colcon']
     if shutil.which('colcon'):
         return ['colcon']

@@ -19,12 +19,12 @@ a non-finite cost or gradient is a ValueError (the MPC then brakes).
 from dataclasses import dataclass
 import math
 import time
-from typing import Callable, List, Optional, Tuple, Union
+from typing import Callable, List, Optional, Tuple
 
 import casadi
 import numpy as np
 from robot_dynamics_learning.control.optimizer import (CostFn, GradFn, LineSearchOptimizer,
-                                                       OptimizeInfo, OptimizerConfig)
+                                                       OptimizeInfo, Optimizer, OptimizerConfig)
 import torch
 
 SOLVERS = ('line_search', 'ipopt')
@@ -253,10 +253,10 @@ class IpoptOptimizer:
         count = self.config.iterations if iterations is None else iterations
         self.problem.start(cost_fn, grad_fn)
         x0 = u_init.detach().double().numpy().ravel()
-        initial = self.problem.cost(x0)
         lower, upper = (np.full_like(x0, -np.inf), np.full_like(x0, np.inf)) if bounds is None \
             else (np.broadcast_to(b.double().numpy(), u_init.shape).ravel() for b in bounds)
-        x0 = np.clip(x0, lower, upper)
+        x0 = np.clip(x0, lower, upper)   # the start and its fallback lie inside the bounds
+        initial = self.problem.cost(x0)
         solver = self._solver(count)
         self._deadline.start(math.inf if deadline is None else deadline)
         result = solver(x0=x0, lbx=lower, ubx=upper)
@@ -272,7 +272,7 @@ class IpoptOptimizer:
 
 
 def make_optimizer(solver: str, horizon: int, iterations: int, candidates: int = 512,
-                   stop_early: bool = True) -> Union[LineSearchOptimizer, IpoptOptimizer]:
+                   stop_early: bool = True) -> Optimizer:
     """
     Return the MPC's optimiser by name (`SOLVERS`); a clear ValueError for an unknown one.
 

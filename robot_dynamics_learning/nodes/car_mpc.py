@@ -104,7 +104,6 @@ class CarMPCNode(Node):
             brake_command=(get('brake_throttle').value, 0.0), budget_s=get('budget_s').value,
             compiled=get('compile').value,
             line_search_threads=get('line_search_threads').value)
-        self.stale_timeout = float(get('stale_timeout_s').value)
         self.delay_compensation = bool(get('delay_compensation').value)
         self.actuation_delay = float(get('actuation_delay_s').value)
         self.checkpoints = (CheckpointDirectory(Path(get('checkpoint_dir').value))
@@ -124,7 +123,7 @@ class CarMPCNode(Node):
         self._lock = threading.Lock()
         self._solve_lock = threading.Lock()
         self.pose_parser = PoseParser(check_stamps=False)   # stamps: the supervisor's
-        self.supervisor = CarSupervisor(self.stale_timeout,
+        self.supervisor = CarSupervisor(float(get('stale_timeout_s').value),
                                         lambda: self.get_clock().now().nanoseconds)
         self.counts = self.supervisor.counts
         self.counts['model_reloads'] = 0
