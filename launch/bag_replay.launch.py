@@ -5,10 +5,11 @@ Evaluate learners on a recorded bag, the ROS way: bag_player -> learner(s) -> re
         models:=lstm,ac_rkn_inverse out:=replay_report
 
 bag_player publishes the bag with /clock; one dynamics_learner per model (named
-learner_<model>, on sim time, no checkpoints) learns predict-then-train as on the robot; the
-replay_evaluator records measured torques and predictions and, when the player signals the
-end of the bag, writes the same report as `rdl replay` (prequential scores: the live
-learners train on every sample) and exits, which ends the launch.
+learner_<model>, on sim time, no checkpoints, `lockstep`: each sample predicted, then the
+updates_per_sample budget trained in the callback, on a reliable keep-all subscription, as
+`rdl replay` does) learns predict-then-train; the replay_evaluator records measured torques
+and predictions and, when the player signals the end of the bag, writes the same report as
+`rdl replay --holdout none` (the same scores for a seed) and exits, which ends the launch.
 
 Arguments: bag, models (comma-separated: lstm, ac_rkn_inverse, ffnn, hybrid, rigid_body),
 urdf (hybrid / rigid_body, and the rigid-body baseline), params_file (default
@@ -43,8 +44,8 @@ def _nodes(context) -> list:
         Node(package=PACKAGE, executable='dynamics_learner', name=name, output='screen',
              parameters=[params_file, {'model': model, 'checkpoint_dir': '',
                                        'urdf': value('urdf'), 'use_sim_time': True,
-                                       # absorbs the model build at the first message
-                                       'queue_depth': 2000}])
+                                       # every message, trained as `rdl replay` trains
+                                       'lockstep': True}])
         for model, name in zip(models, learners)]
     evaluator = Node(package=PACKAGE, executable='replay_evaluator', name='replay_evaluator',
                      output='screen',

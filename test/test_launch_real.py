@@ -19,6 +19,7 @@ import launch_support
 from launch_support import ROOT
 import numpy as np
 import pytest
+from replay_scores import assert_same_scores
 import yaml
 
 pytestmark = pytest.mark.skipif(launch_support.missing_reason() is not None,
@@ -252,10 +253,10 @@ def test_bag_replay_writes_the_report_and_ends_by_itself(home, tmp_path):
     offline = report.compute_metrics(replay.replay(
         replay.read_joint_stream(bag), ['lstm'], None, replay.load_learner_params(),
         replay.Holdout('none')))
-    # The deterministic baseline is the same number by both routes; the live learner trains
-    # asynchronously (docs/replay.md), so its score is compared by scale only.
+    # Both routes run the same learner code in lockstep: the same scores, baseline included.
     np.testing.assert_allclose(metrics['models']['previous_torque']['prequential']['nmse'],
                                offline['models']['previous_torque']['prequential']['nmse'],
                                rtol=1e-9)
-    live = metrics['models']['learner_lstm']['prequential']
-    assert 0.5 * 1500 < live['samples'] <= 1500 and np.isfinite(live['nmse'])
+    live = metrics['models']['learner_lstm']
+    assert live['prequential']['samples'] == offline['models']['lstm']['prequential']['samples']
+    assert_same_scores(live, offline['models']['lstm'])

@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pytest
+from replay_scores import assert_same_scores
 from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.learning import replay, report
 from ros_util import ROOT, start_node, stop_node
@@ -30,8 +31,7 @@ def test_evaluator_writes_the_replay_report_when_the_bag_ends(kinova_bag, tmp_pa
         'out': str(out), 'learners': ['/learner_lstm'], 'use_sim_time': True},
         log_path=logs['evaluator'])
     learner = start_node('dynamics_learner', params_file=params, params={
-        'model': 'lstm', 'trainer_process': False, 'use_sim_time': True,
-        'queue_depth': 2000},
+        'model': 'lstm', 'use_sim_time': True, 'lockstep': True},
         remaps={'__node': 'learner_lstm'}, log_path=logs['learner'])
     player = start_node('bag_player', params={
         'bag': str(kinova_bag), 'publish_clock': True, 'wait_for_subscribers': 2, 'rate': 0.5,
@@ -47,16 +47,16 @@ def test_evaluator_writes_the_replay_report_when_the_bag_ends(kinova_bag, tmp_pa
                 stop_node(process)
     metrics = json.loads((out / 'metrics.json').read_text())
     assert (out / 'report.md').is_file() and (out / 'nmse_over_time.png').is_file()
-    # Every message reached the evaluator (reliable); the learner listens best effort, as on
-    # a robot, so on a loaded machine it may skip some: most are predicted.
+    # Every message reached the evaluator and, in lockstep, the learner (reliable, keep all).
     assert metrics['samples'] == ROWS and metrics['messages'] == {'accepted': ROWS}
-    live = metrics['models']['learner_lstm']['prequential']
-    # The same samples and baseline as `rdl replay` on the bag.
+    live = metrics['models']['learner_lstm']
+    # The same samples, baseline and learner scores as `rdl replay` on the bag: the node
+    # trains in lockstep exactly as `rdl replay` does.
     stream = replay.read_joint_stream(kinova_bag)
     offline = report.compute_metrics(replay.replay(
         stream, ['lstm'], None, replay.load_learner_params(), replay.Holdout('none')))
-    assert 0.5 * ROWS < live['samples'] <= offline['models']['lstm']['prequential']['samples']
+    assert live['prequential']['samples'] == offline['models']['lstm']['prequential']['samples']
     np.testing.assert_allclose(metrics['models']['previous_torque']['prequential']['nmse'],
                                offline['models']['previous_torque']['prequential']['nmse'],
                                rtol=1e-9)
-    assert np.isfinite(live['nmse'])
+    assert_same_scores(live, offline['models']['lstm'])

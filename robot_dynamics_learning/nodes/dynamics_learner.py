@@ -27,7 +27,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import qos_profile_sensor_data, QoSProfile
+from rclpy.qos import HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 from robot_dynamics_learning.data.messages import Reason
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, save_to_directory
@@ -115,6 +115,12 @@ class DynamicsLearnerNode(Node):
         qos = QoSProfile(depth=get('queue_depth').value,
                          reliability=qos_profile_sensor_data.reliability,
                          durability=qos_profile_sensor_data.durability)
+        self.lockstep = get('lockstep').value
+        if self.lockstep and get('updates_per_sample').value == 0:
+            raise ValueError('lockstep needs updates_per_sample > 0 (a finite budget)')
+        if self.lockstep:   # evaluation: every message, none dropped while training
+            qos = QoSProfile(depth=get('queue_depth').value, history=HistoryPolicy.KEEP_ALL,
+                             reliability=ReliabilityPolicy.RELIABLE)
         self.drain_max = get('drain_max').value
         self.subscription = self.create_subscription(JointState, 'joint_states',
                                                      self._on_joint_state, qos)
@@ -183,6 +189,10 @@ class DynamicsLearnerNode(Node):
                 'lock, and training runs at a lower CPU priority (trainer_nice)')
         declare('trainer_nice', 10, 'niceness of the trainer process (0-19): training yields '
                 'the CPU to this node, the robot driver and the controller', 0, 19)
+        declare('lockstep', False, 'bag replay evaluation (bag_replay.launch.py): train in '
+                'the callback after each prediction, the updates_per_sample budget exactly as '
+                '`rdl replay` does, on a reliable keep-all subscription; the same scores as '
+                '`rdl replay` for a seed. Not for a robot: the callback waits for training')
         declare('seed', 0, 'random seed of the buffer sampling and model initialisation')
         declare('record_path', '', 'write the newest record_max_samples (stamp, measured '
                 'torque, prediction, prequential nMSE) to this .npz at shutdown; empty: off')
@@ -222,7 +232,7 @@ class DynamicsLearnerNode(Node):
         if get('record_path').value:
             self.record = Recorder(get('record_max_samples').value, n)
         rng = np.random.default_rng(get('seed').value)
-        if get('trainer_process').value:
+        if get('trainer_process').value and not self.lockstep:
             self.learner = ProcessLearner(
                 model, 3 * n, n, n, config, rng, save=save, fit_normalization=not fitted,
                 start_step=start_step,
@@ -238,7 +248,8 @@ class DynamicsLearnerNode(Node):
         if self.command_parser.size is None:
             self.command_parser = ArrayParser(n)
         self.predictions.set_joint_names(names)
-        self.learner.start()
+        if not self.lockstep:   # in lockstep the callback trains (train_pending)
+            self.learner.start()
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         result = self.command_parser.parse(msg)
@@ -276,6 +287,8 @@ class DynamicsLearnerNode(Node):
         observation, action, target = features
         mean, variance = self.learner.observe(stamp, observation, action, target)
         self.predictions.publish(msg.header.stamp, mean, variance)
+        if self.lockstep:
+            self.learner.trainer.train_pending()
         now_ns = self.get_clock().now().nanoseconds
         self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
         if self.record is not None and target is not None:

@@ -4,9 +4,11 @@ replay_evaluator: records a bag replay through live learner nodes and writes the
 The ROS route of `rdl replay` (launch/bag_replay.launch.py): bag_player -> dynamics_learner
 node(s) -> this node. It records every `joint_states` message the way the learner takes it
 (`learning.replay.StreamRecorder`) and each learner's `~/predicted_torques` (and `_std`) by
-header stamp. When the player signals `end_of_bag` it waits `settle_s` for the last
-predictions, writes the same report as `rdl replay` (report.md, PNGs, metrics.json; the
-baselines computed on the recorded samples) to `out`, and exits, which ends the launch.
+header stamp. When the player signals `end_of_bag` it waits until every learner has
+predicted the last recorded message (learners in lockstep may lag the bag while they train),
+or until no prediction came for `settle_s`, then writes the same report as `rdl replay`
+(report.md, PNGs, metrics.json; the baselines computed on the recorded samples) to `out`,
+and exits, which ends the launch.
 Torques come from the JointState effort.
 """
 import time
@@ -35,7 +37,10 @@ class ReplayEvaluator(Node):
         declare(self, 'learners', ['dynamics_learner'], 'learner node names (or namespaced '
                 'paths) whose ~/predicted_torques are scored')
         declare(self, 'end_topic', '/bag_player/end_of_bag', 'std_msgs/Empty that ends it')
-        declare(self, 'settle_s', 1.0, 'seconds to wait for the last predictions', 0.0, 60.0)
+        declare(self, 'settle_s', 10.0, 'after the end of the bag, seconds without a new '
+                'prediction after which the report is written although a learner has not '
+                'predicted the last message (it rejected it, or died); a learner still '
+                'working through its backlog keeps it waiting', 0.0, 600.0)
         declare(self, 'urdf', '', 'URDF for the rigid-body baseline (empty: none)')
         declare(self, 'params_file', '', 'learner params YAML for the report settings '
                 '(empty: config/learner.yaml)')
@@ -58,6 +63,7 @@ class ReplayEvaluator(Node):
                     JointState, f'{learner}/predicted_torques{suffix}',
                     lambda msg, store=self.predictions[label][kind]: self._on_prediction(
                         msg, store), reliable)
+        self._last_prediction = time.monotonic()
         self.create_subscription(Empty, get('end_topic').value, self._on_end, QoSProfile(
             depth=1, reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.TRANSIENT_LOCAL))
@@ -91,17 +97,26 @@ class ReplayEvaluator(Node):
             self.first_ns = received
         self.recorder.add(msg, received)
 
-    @staticmethod
-    def _on_prediction(msg: JointState, store: Dict[int, np.ndarray]) -> None:
+    def _on_prediction(self, msg: JointState, store: Dict[int, np.ndarray]) -> None:
         store[stamp_to_ns(msg.header.stamp)] = np.array(msg.effort, dtype=np.float64)
+        self._last_prediction = time.monotonic()
 
     def _on_end(self, _msg: Empty) -> None:
         if not self._done:
             self._done = True
-            self.get_logger().info(f'end of bag: report in {self.settle_s} s')
+            self._last_prediction = time.monotonic()   # the quiet period starts now
+            self.get_logger().info('end of bag: report once every learner has predicted the '
+                                   f'last message, or after {self.settle_s} s without one')
             # Wall time: on sim time the clock stands still once the bag has ended.
-            self._timer = self.create_timer(self.settle_s, self._finish,
+            self._timer = self.create_timer(0.05, self._finish_when_settled,
                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+    def _finish_when_settled(self) -> None:
+        last = self.recorder.rows[-1][1].stamp_ns if self.recorder.rows else None
+        caught_up = all(last in stores['mean'] for stores in self.predictions.values())
+        quiet = time.monotonic() - self._last_prediction > self.settle_s
+        if caught_up or quiet:
+            self._finish()
 
     def _aligned(self, store: Dict[int, np.ndarray], stamps: np.ndarray, n: int
                  ) -> Optional[np.ndarray]:
