@@ -284,8 +284,8 @@ def _verdict_text(metrics: Dict[str, Any]) -> str:
                    f"{short_number(v['baseline_nmse'])}), by a factor of {ratio:.2f}")
     else:
         compare = (f"does NOT beat the best baseline, {v['best_baseline']} (nMSE "
-                   f"{short_number(v['baseline_nmse'])}, {short_number(1 / ratio)} times lower): on this "
-                   'bag, deploy the baseline or give the model more data')
+                   f"{short_number(v['baseline_nmse'])}, {short_number(1 / ratio)} times "
+                   'lower): on this bag, deploy the baseline or give the model more data')
     speed = m.get('latency_ms')
     timing = '' if speed is None else (
         f"It replayed {metrics['duration_s']:.1f} s of data in {m['wall_s']:.1f} s "
