@@ -154,18 +154,28 @@ class StopRule:
 
     After patience epochs without a relative improvement of min_delta in the validation
     score, or after max_epochs (the guard); the learning rate halves after patience // 3
-    epochs without improvement.
+    epochs without improvement. The first warmup_epochs minimise the squared velocity
+    change error instead of the relative L1 loss (see `fit_until_converged`).
     """
 
     max_epochs: int = 400
     patience: int = 30
     min_delta: float = 1e-3
+    warmup_epochs: int = 10
 
     def __post_init__(self) -> None:
         """Refuse rules that never train or never stop."""
-        if self.max_epochs < 1 or self.patience < 1 or not 0 <= self.min_delta < 1:
-            raise ValueError(f'need max_epochs >= 1, patience >= 1, 0 <= min_delta < 1; got '
-                             f'{self.max_epochs}, {self.patience}, {self.min_delta}')
+        if (self.max_epochs < 1 or self.patience < 1 or not 0 <= self.min_delta < 1
+                or self.warmup_epochs < 0):
+            raise ValueError(f'need max_epochs >= 1, patience >= 1, 0 <= min_delta < 1, '
+                             f'warmup_epochs >= 0; got {self}')
+
+
+def squared_change_loss(model: CarModel, batch: SequenceBatch, scale: torch.Tensor
+                        ) -> torch.Tensor:
+    """Mean squared error of the next body velocities, per component over `scale` (3,)."""
+    prediction = model(batch).mean[..., 3:]
+    return (((prediction - batch.targets[..., 3:]) / scale) ** 2).mean()
 
 
 def validation_score(model: CarModel, val: CarDataset) -> float:
@@ -191,8 +201,13 @@ def fit_until_converged(model: CarModel, train: CarDataset, val: CarDataset, lr:
     Adam on the one-step loss until the validation score stops improving; best weights kept.
 
     batch_size: default n / 20 clamped to [32, 256], so a small recording still gets 20
-    updates per epoch. A batch with a non-finite loss is skipped and counted (a NaN never
-    reaches the weights). Returns the history: val scores, best epoch, epochs run, skipped.
+    updates per epoch. Warm-up: the relative L1 loss (Eq. 11) is minimised by the median
+    change, and where most samples barely change (a recording that stands still for half
+    its length) that is "no change": on 45 s of DART driving the MLP collapsed to predicted
+    changes of 7e-5 m/s (the measured ones: 0.07). A few epochs of squared error first
+    (minimised by the mean) start it from a model that follows the changes. A batch with a
+    non-finite loss is skipped and counted (a NaN never reaches the weights). Returns the
+    history: val scores, best epoch, epochs run, skipped batches.
     """
     data = train.transitions()
     count = data.observations.shape[0]
@@ -206,17 +221,22 @@ def fit_until_converged(model: CarModel, train: CarDataset, val: CarDataset, lr:
         optimizer, factor=0.5, patience=max(1, rule.patience // 3), threshold=rule.min_delta)
     for parameter in model.parameters():
         parameter.requires_grad_(True)
-    best = validation_score(model, val)
-    best_state, best_epoch, since_best = copy.deepcopy(model.state_dict()), 0, 0
-    scores, skipped = [best], 0
+    change = (data.targets - data.observations)[..., 3:].reshape(-1, 3)
+    scale = torch.nan_to_num(change, nan=0.0).std(0).clamp_min(1e-3)
+    warmup = min(rule.warmup_epochs, rule.max_epochs // 2)
+    best, best_epoch, since_best = math.inf, 0, 0
+    best_state = copy.deepcopy(model.state_dict())
+    scores, skipped = [validation_score(model, val)], 0
     bar = tqdm(range(rule.max_epochs), disable=not progress, unit='epoch', desc='train')
     for epoch in bar:
         model.train()
         order = torch.randperm(count, generator=generator)
         for start in range(0, count, batch_size):
             index = order[start:start + batch_size]
-            loss = model.loss(SequenceBatch(data.observations[index], data.actions[index],
-                                            data.targets[index]))[0]
+            batch = SequenceBatch(data.observations[index], data.actions[index],
+                                  data.targets[index])
+            loss = (squared_change_loss(model, batch, scale) if epoch < warmup
+                    else model.loss(batch)[0])
             if not torch.isfinite(loss):
                 skipped += 1
                 continue
@@ -225,6 +245,8 @@ def fit_until_converged(model: CarModel, train: CarDataset, val: CarDataset, lr:
             optimizer.step()
         score = validation_score(model, val)
         scores.append(score)
+        if epoch < warmup:
+            continue
         plateau.step(score)
         if math.isfinite(score) and score < best * (1.0 - rule.min_delta):
             best, best_epoch, since_best = score, epoch + 1, 0
