@@ -41,8 +41,8 @@ class CarStateEstimatorNode(Node):
         defaults = MocapEstimatorConfig()
         declare('window_s', defaults.window_s, 'causal fit window of the positions (s)', 0.005,
                 1.0)
-        declare('yaw_window_s', defaults.yaw_window_s, 'causal fit window of the yaw (s); 0 = '
-                'window_s', 0.0, 1.0)
+        declare('yaw_window_s', defaults.yaw_window_s or 0.0, 'causal fit window of the yaw '
+                '(s); 0 = window_s', 0.0, 1.0)
         declare('order', defaults.order, 'polynomial order of the fits: 2 = evaluated at the '
                 'newest stamp (no delay), 1 = a straight line (delay about half the window, '
                 'least noise)', 1, 2)

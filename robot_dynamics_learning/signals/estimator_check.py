@@ -6,7 +6,7 @@ same poses, which sees the future and has no delay; it is computed per gap-free 
 read at the pose stamps. Errors are taken at zero lag (what a controller gets), and the lag
 that would minimise them is reported too (the estimator's effective delay).
 """
-from typing import Dict, Tuple
+from typing import Dict, Tuple, Type
 
 import numpy as np
 from robot_dynamics_learning.signals.mocap import (MocapEstimator, MocapEstimatorConfig,
@@ -20,15 +20,16 @@ REFERENCE_ORDER = 3
 
 
 def stream_estimates(time: np.ndarray, poses: np.ndarray,
-                     config: MocapEstimatorConfig = MocapEstimatorConfig()
+                     config: MocapEstimatorConfig = MocapEstimatorConfig(),
+                     kind: Type[MocapEstimator] = MocapEstimator
                      ) -> Tuple[np.ndarray, Dict[str, int]]:
     """
     Feed (T,) stamps and (T, 3) poses [x, y, yaw] one by one, as the node does.
 
     Returns (states (T, 6), NaN where the estimator rejected the pose or had no estimate
-    yet; the estimator's counters).
+    yet; the estimator's counters). kind: the estimator class (a variant to compare).
     """
-    estimator = MocapEstimator(config)
+    estimator = kind(config)
     out = np.full((len(time), 6), np.nan)
     for i in range(len(time)):
         if estimator.update(float(time[i]), *poses[i]) is None:
@@ -40,14 +41,19 @@ def stream_estimates(time: np.ndarray, poses: np.ndarray,
 
 def reference_states(time: np.ndarray, poses: np.ndarray, max_gap_s: float,
                      window_s: float = REFERENCE_WINDOW_S, order: int = REFERENCE_ORDER,
-                     dt: float = 0.005) -> np.ndarray:
+                     dt: float = 0.005, config: MocapEstimatorConfig = MocapEstimatorConfig()
+                     ) -> np.ndarray:
     """
-    Zero-phase reference (T, 6) at the pose stamps; NaN near gaps and ends (half a window).
+    Zero-phase reference (T, 6) at the pose stamps; NaN near gaps, jumps and ends.
 
-    Pieces between gaps longer than max_gap_s are smoothed separately.
+    Pieces between gaps longer than max_gap_s and between mocap jumps (a step longer than
+    config.max_speed * dt + config.jump_margin, the estimator's rule) are smoothed
+    separately; a smoothing window across a jump would make up speeds of 80 m/s.
     """
     out = np.full((len(time), 6), np.nan)
-    cuts = np.flatnonzero(np.diff(time) > max_gap_s) + 1
+    step = np.hypot(np.diff(poses[:, 0]), np.diff(poses[:, 1]))
+    jumps = step > config.max_speed * np.diff(time) + config.jump_margin
+    cuts = np.flatnonzero((np.diff(time) > max_gap_s) | jumps) + 1
     edge = window_s
     for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(time)]):
         if time[b - 1] - time[a] < 3 * window_s:

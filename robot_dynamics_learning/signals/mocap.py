@@ -73,8 +73,7 @@ class MocapEstimatorConfig:
     Settings of the online estimator (units: s, m, m/s).
 
     window_s: length of the causal fit window of the positions; yaw_window_s: of the yaw
-    (None: window_s; a real Vicon's yaw is noisier relative to its signal than its
-    positions, so a longer yaw window pays); order: polynomial order of the fits (1: a
+    (None: window_s); order: polynomial order of the fits (1: a
     straight line, whose slope describes the window's mean time: a delay of about half the
     window; 2: a parabola evaluated at the newest stamp: no delay for signals up to
     quadratic, more noise); min_samples: samples needed before output; max_speed: fastest
@@ -85,8 +84,8 @@ class MocapEstimatorConfig:
     noise; docs/results_car.md section 8).
     """
 
-    window_s: float = 0.09
-    yaw_window_s: Optional[float] = 0.12
+    window_s: float = 0.12
+    yaw_window_s: Optional[float] = None
     order: int = 2
     min_samples: int = 4
     max_speed: float = 8.0
