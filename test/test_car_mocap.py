@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from robot_dynamics_learning.signals.mocap import (MocapEstimator, MocapEstimatorConfig,
-                                                   offline_body_states, wrap_angle)
+from robot_dynamics_learning.signals.mocap import (emulated_mocap_config, MocapEstimator,
+                                                   MocapEstimatorConfig, offline_body_states,
+                                                   wrap_angle)
 
 
 def circle(speed=1.5, radius=1.0, rate=240.0, seconds=4.0):
@@ -46,7 +47,7 @@ def test_online_estimate_tracks_a_noisy_circle_with_dropouts_and_wrapping():
     noisy = poses + rng.normal(0, [0.002, 0.002, 0.005], poses.shape)
     noisy[:, 2] = wrap_angle(noisy[:, 2])
     # the simulator's emulated mocap is 10x noisier than a Vicon: config/car.yaml's settings
-    estimator = MocapEstimator(MocapEstimatorConfig(window_s=0.08, yaw_window_s=None, order=1))
+    estimator = MocapEstimator(emulated_mocap_config())
     errors = []
     valid = rng.random(len(t)) > 0.02
     for i in range(len(t)):
@@ -106,8 +107,7 @@ def test_velocity_is_rotated_with_the_heading_of_its_own_instant():
     # A clean circle at 100 Hz: a straight-line fit's velocity describes the window's mean
     # time; rotating it with the newest heading made vy = -vx * r * delay (-0.09 m/s here).
     t, poses = circle(rate=100.0, seconds=2.0)
-    for config in (MocapEstimatorConfig(window_s=0.08, yaw_window_s=None, order=1),
-                   MocapEstimatorConfig()):
+    for config in (emulated_mocap_config(), MocapEstimatorConfig()):
         estimator = MocapEstimator(config)
         feed(estimator, t, poses)
         vx, vy, r = estimator.estimate().state[3:]
