@@ -8,7 +8,7 @@ A user's own car data, measured on the DART recordings replayed from rosbag2 fol
 2. training: the DART file split as bags (15 train, 2 test files), both models trained to
    convergence (`rdl car train --source bag`) against the fixed recipes of
    docs/results_car.md section 1, in the same run; the same at 20 Hz (every fifth pose) and on
-   a small recording (68 s of one training file). Saves the converged bicycle as
+   small data (68 s of one training file; the first 15 s of three, as the test fixtures). Saves the converged bicycle as
    config/models/car_bicycle_dart.pt (`rdl car replay`'s default with the DART MLP).
 Writes bench/results/car_data.json. `python -m bench.car_data estimator` runs only part 1.
 """
@@ -138,6 +138,7 @@ def training_results(folder: Path, train_drives: List[Trajectory],
         'dart_20hz': ([subsample(d, 5) for d in train_drives],
                       [subsample(d, 5) for d in test_drives], False),
         'small_68s': ([first_seconds(max(train_drives, key=len), SMALL_S)], test_drives, True),
+        'small_3x15s': ([first_seconds(d, 15.0) for d in train_drives[:3]], test_drives, True),
     }
     out = {}
     for name, (train_part, test_part, fixed) in cases.items():

@@ -31,11 +31,17 @@ def evaluate_car_model(model: CarModel, dataset: CarDataset, horizon_steps: int
     One-step relative velocity error and open-loop rollout errors over `horizon_steps`.
 
     Returns rel_l1_one_step (Eq. 11), position_error_m (mean Euclidean end-position error),
-    yaw_error_rad and tve (Eq. 10) of the windows.
+    yaw_error_rad and tve (Eq. 10) of the windows, and change_std_ratio: the spread of the
+    predicted one-step velocity changes over the measured ones (near 0: a model that
+    collapsed to "no change").
     """
     model.eval()
     with torch.no_grad():
-        one, metrics = model.loss(dataset.transitions())
+        transitions = dataset.transitions()
+        one, metrics = model.loss(transitions)
+        now = transitions.observations[:, 0, 3:]
+        predicted = model(transitions).mean[:, 0, 3:] - now
+        measured = transitions.targets[:, 0, 3:] - now
         windows = dataset.windows(horizon_steps, max(1, horizon_steps // 2))
         pred = model.rollout(windows.observations[:, 0], windows.actions).mean
     end_true = windows.observations[:, -1]
@@ -44,6 +50,7 @@ def evaluate_car_model(model: CarModel, dataset: CarDataset, horizon_steps: int
                                                         dim=1).mean()),
             'yaw_error_rad': float((pred[:, -1, 2] - end_true[:, 2]).abs().mean()),
             'tve': trajectory_validation_error(model, windows),
+            'change_std_ratio': float(predicted.std() / measured.std().clamp_min(1e-9)),
             'windows': int(windows.actions.shape[0])}
 
 

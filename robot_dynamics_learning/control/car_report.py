@@ -156,14 +156,17 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
              '- **constant velocity**: the body velocities stay as they were at the start '
              '(the pose still integrates them): what a model must beat.',
              '- One-step relative L1 is seed Eq. 11; TVE is seed Eq. 10 (L1 of the final '
-             '[x, y, yaw]).', '',
+             '[x, y, yaw]). Change spread: std of the predicted one-step velocity changes over '
+             'the measured ones; near 0 is a model that learned "no change".', '',
              '## Per model', '',
              f"| model | one-step relative L1 | end position error at {metrics['horizon_s']:g} s "
-             '(m) | yaw error (rad) | TVE |', '|---|---|---|---|---|']
+             '(m) | yaw error (rad) | TVE | predicted / measured change spread |',
+             '|---|---|---|---|---|---|']
     for name, m in metrics['models'].items():
         lines.append(f"| {name} | {short_number(m['rel_l1_one_step'])} | "
                      f"{short_number(m['position_error_m'])} | "
-                     f"{short_number(m['yaw_error_rad'])} | {short_number(m['tve'])} |")
+                     f"{short_number(m['yaw_error_rad'])} | {short_number(m['tve'])} | "
+                     f"{short_number(m['change_std_ratio'])} |")
     est = metrics.get('estimator')
     if est:
         lines += ['', '## State estimator (causal, as the node runs it)', '',
