@@ -9,8 +9,8 @@ from robot_dynamics_learning.control.car_evaluation import evaluate_car_model
 from robot_dynamics_learning.control.car_report import BASELINE, write_car_report
 from robot_dynamics_learning.control.car_training import (build_car_model, car_data,
                                                           fit_until_converged, hold_out_blocks,
-                                                          save_car_model, StopRule, train_car,
-                                                          validation_score)
+                                                          load_car_model, save_car_model,
+                                                          StopRule, train_car, validation_score)
 from robot_dynamics_learning.data import bag_io, datasets
 from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset
 from robot_dynamics_learning.data.car_sources import BagOptions, car_csv_files
@@ -175,3 +175,22 @@ def test_replay_command_writes_the_estimator_and_model_report(tmp_path, joy_bag,
     assert (out / 'estimator.png').exists()
     assert 'State estimator' in (out / 'report.md').read_text()
     assert 'estimator RMSE at zero lag' in capsys.readouterr().out
+
+
+def test_train_then_evaluate_commands_on_a_csv_tree(tmp_path, capsys):
+    tree = tmp_path / 'DART' / 'set' / 'csv'
+    tree.mkdir(parents=True)
+    for path in datasets.rc_car_files(FIXTURES):
+        shutil.copy(path, tree / path.name)
+    data = ['--source', 'csv', '--data', str(tmp_path / 'DART')]
+    checkpoint = tmp_path / 'bicycle.pt'
+    assert main(['car', 'train', *data, '--model', 'car_bicycle', '--wheelbase', '0.2',
+                 '--max-epochs', '15', '--patience', '3', '--out', str(checkpoint)]) == 0
+    assert '"position_error_m"' in capsys.readouterr().out
+    assert load_car_model(checkpoint).wheelbase == 0.2
+    out = tmp_path / 'report'
+    assert main(['car', 'evaluate', *data, '--checkpoint', str(checkpoint),
+                 '--out', str(out)]) == 0
+    metrics = json.loads((out / 'metrics.json').read_text())
+    assert set(metrics['models']) == {'KinematicBicycle (bicycle.pt)', BASELINE}
+    assert metrics['models']['KinematicBicycle (bicycle.pt)']['windows'] > 0
