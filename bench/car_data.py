@@ -7,9 +7,10 @@ A user's own car data, measured on the DART recordings replayed from rosbag2 fol
    delay that would minimise it.
 2. training: the DART file split as bags (15 train, 2 test files), both models trained to
    convergence (`rdl car train --source bag`) against the fixed recipes of
-   docs/results_car.md section 1, in the same run; the same at 20 Hz (every fifth pose) and on
-   small data (68 s of one training file; the first 15 s of three, as the test fixtures). Saves the converged bicycle as
-   config/models/car_bicycle_dart.pt (`rdl car replay`'s default with the DART MLP).
+   docs/results_car.md section 1, in the same run; the same at 20 Hz (every fifth pose) and
+   on small data (68 s of one training file; the first 15 s of three, as the test fixtures).
+   Saves the converged bicycle as config/models/car_bicycle_dart.pt (`rdl car replay`'s
+   default with the DART MLP).
 Writes bench/results/car_data.json. `python -m bench.car_data estimator` runs only part 1.
 """
 import json
