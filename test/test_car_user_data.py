@@ -194,3 +194,13 @@ def test_train_then_evaluate_commands_on_a_csv_tree(tmp_path, capsys):
     metrics = json.loads((out / 'metrics.json').read_text())
     assert set(metrics['models']) == {'KinematicBicycle (bicycle.pt)', BASELINE}
     assert metrics['models']['KinematicBicycle (bicycle.pt)']['windows'] > 0
+
+
+def test_non_finite_samples_are_dropped_counted_and_split_the_drive():
+    drive = fixture_drives()[0]
+    observations = drive.observations.copy()
+    observations[700:705, 0] = np.nan
+    broken = Trajectory(time=drive.time, observations=observations, actions=drive.actions)
+    data = car_dataset([broken], 0.05)
+    assert data.info['dropped_non_finite'] == 5
+    assert np.all(np.isfinite(data.observations)) and len(data.segments) >= 2

@@ -122,6 +122,25 @@ def sample_period(trajectories: Sequence[Trajectory]) -> float:
     return float(np.median(np.concatenate(steps)))
 
 
+def _finite_rows(trajectories: Sequence[Trajectory]) -> Tuple[List[Trajectory], int]:
+    """Drop samples with a NaN or inf pose or command (a gap then splits the drive there)."""
+    out, dropped = [], 0
+    for trajectory in trajectories:
+        if trajectory.observations is None or trajectory.actions is None:
+            raise ValueError(f'{trajectory.source}: needs observations and actions')
+        finite = (np.all(np.isfinite(trajectory.observations), axis=1)
+                  & np.all(np.isfinite(trajectory.actions), axis=1))
+        dropped += int((~finite).sum())
+        if finite.all():
+            out.append(trajectory)
+        elif finite.sum() > 1:
+            out.append(Trajectory(time=trajectory.time[finite],
+                                  observations=trajectory.observations[finite],
+                                  actions=trajectory.actions[finite],
+                                  units=dict(trajectory.units), source=trajectory.source))
+    return out, dropped
+
+
 def split_at_gaps(trajectories: Sequence[Trajectory], max_gap_s: float,
                   min_duration_s: float = 0.2) -> List[Trajectory]:
     """Split drives where samples are missing for more than max_gap_s; drop short pieces."""
@@ -143,7 +162,9 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
     """
     Turn mocap drives (observations [x, y, yaw], actions, 20-240 Hz) into model transitions.
 
-    Drives are split at gaps longer than max_gap_s (default GAP_PERIODS median periods);
+    Samples with a non-finite pose or command are dropped (counted in info
+    'dropped_non_finite'); drives are split at gaps longer than max_gap_s (default
+    GAP_PERIODS median periods);
     poses are Savitzky-Golay smoothed and differentiated over window_s (default the larger
     of MIN_WINDOW_S and WINDOW_SAMPLES periods) on a `fine_dt` grid (offline, zero phase),
     then sampled every h seconds; the action of a step is the mean command over it. Runs of
@@ -152,10 +173,12 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
     stride = int(round(h / fine_dt))
     if stride < 1 or abs(stride * fine_dt - h) > 1e-9:
         raise ValueError(f'h ({h}) must be a multiple of fine_dt ({fine_dt})')
+    trajectories, dropped = _finite_rows(trajectories)
     period = sample_period(trajectories)
     max_gap_s = GAP_PERIODS * period if max_gap_s is None else float(max_gap_s)
     window_s = max(MIN_WINDOW_S, WINDOW_SAMPLES * period) if window_s is None else window_s
-    info = {'rate_hz': 1.0 / period, 'max_gap_s': max_gap_s, 'window_s': window_s}
+    info = {'rate_hz': 1.0 / period, 'max_gap_s': max_gap_s, 'window_s': window_s,
+            'dropped_non_finite': dropped}
     observations, actions, segments = [], [], []
     count = 0
     for trajectory in split_at_gaps(trajectories, max_gap_s, max(0.2, 2 * window_s)):
