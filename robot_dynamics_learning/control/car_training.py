@@ -54,7 +54,8 @@ def hold_out_blocks(data: CarDataset, offset: int) -> Tuple[CarDataset, CarDatas
 def car_data(source: str, h: float, minutes: float = 15.0, seed: int = 0,
              paths: Sequence[Path] = (), test_paths: Sequence[Path] = (),
              options: BagOptions = BagOptions(), params: CarParams = CarParams(),
-             max_gap_s: Optional[float] = None, progress: bool = False
+             max_gap_s: Optional[float] = None, max_speed: float = 8.0,
+             max_yaw_rate: float = 15.0, progress: bool = False
              ) -> Tuple[CarDataset, CarDataset]:
     """
     Return (train, test) data sets of model transitions at step h.
@@ -63,16 +64,17 @@ def car_data(source: str, h: float, minutes: float = 15.0, seed: int = 0,
     another seed); 'dart' is the DART file split (`dart_split`); 'bag' and 'csv' read a
     user's recordings from `paths` (`data/car_sources.py`): test drives from `test_paths`,
     or without them every fifth block of the recordings (`hold_out_blocks`), never trained
-    on. max_gap_s: gap threshold (default from the detected sample rate).
+    on. max_gap_s: gap threshold (default from the detected sample rate); max_speed (m/s),
+    max_yaw_rate (rad/s): faster states of a user's recordings are mocap glitches, cut out.
     """
     if source == 'dart':
         return dart_split(h)
     if source in ('bag', 'csv'):
-        data = car_dataset(load_car_drives(source, paths, options, progress), h,
-                           max_gap_s=max_gap_s)
+        limits = {'max_gap_s': max_gap_s, 'max_speed': max_speed, 'max_yaw_rate': max_yaw_rate}
+        data = car_dataset(load_car_drives(source, paths, options, progress), h, **limits)
         if test_paths:
             return data, car_dataset(load_car_drives(source, test_paths, options, progress),
-                                     h, max_gap_s=max_gap_s)
+                                     h, **limits)
         return hold_out_blocks(data, HOLD_EVERY - 1)
     if source != 'sim':
         raise ValueError(f"unknown data source '{source}'; use sim, dart, bag or csv")

@@ -161,6 +161,10 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--max-gap-s', type=float, default=None,
                         help='gap that splits drives (default 5 sample periods: 0.05 s at '
                              '100 Hz, 0.25 s at 20 Hz)')
+    parser.add_argument('--max-speed', type=float, default=8.0,
+                        help='fastest plausible speed (m/s); faster states are mocap glitches')
+    parser.add_argument('--max-yaw-rate', type=float, default=15.0,
+                        help='fastest plausible yaw rate (rad/s)')
     parser.add_argument('--minutes', type=float, default=15.0,
                         help='simulated driving to collect (source sim)')
     parser.add_argument('--mass', type=float, default=None, help='source sim: car mass (kg)')
@@ -186,7 +190,8 @@ def _load_data(args: argparse.Namespace):
         params = dataclasses.replace(params, mass=args.mass or params.mass,
                                      wheelbase=wheelbase, rear_to_cg=wheelbase / 2)
     return car_data(args.source, args.h, args.minutes, args.seed, args.data, args.test_data,
-                    _bag_options(args), params, args.max_gap_s, progress=True)
+                    _bag_options(args), params, args.max_gap_s, args.max_speed,
+                    args.max_yaw_rate, progress=True)
 
 
 def _describe(args: argparse.Namespace) -> str:
