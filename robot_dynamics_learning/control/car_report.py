@@ -152,7 +152,9 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
              '## How to read this', '',
              '- Each window starts from the measured state (zero-phase smoothed mocap) and '
              'plays the measured commands open loop through the model; errors compare the '
-             'predicted with the measured motion. No held-out sample was trained on.',
+             'predicted with the measured motion. The drives are held out: blocks or files '
+             "that 'rdl car train' never trained on (for 'rdl car replay': the whole bag, so "
+             'its checkpoints must come from other recordings).',
              '- **constant velocity**: the body velocities stay as they were at the start '
              '(the pose still integrates them): what a model must beat.',
              '- One-step relative L1 is seed Eq. 11; TVE is seed Eq. 10 (L1 of the final '
