@@ -185,10 +185,11 @@ def _bag_options(args: argparse.Namespace) -> BagOptions:
 def _load_data(args: argparse.Namespace):
     torch.set_num_threads(args.threads)
     params = CarParams()
-    if args.mass is not None or args.sim_wheelbase is not None:
-        wheelbase = args.sim_wheelbase or params.wheelbase
-        params = dataclasses.replace(params, mass=args.mass or params.mass,
-                                     wheelbase=wheelbase, rear_to_cg=wheelbase / 2)
+    if args.mass is not None:
+        params = dataclasses.replace(params, mass=args.mass)
+    if args.sim_wheelbase is not None:
+        params = dataclasses.replace(params, wheelbase=args.sim_wheelbase,
+                                     rear_to_cg=args.sim_wheelbase / 2)
     return car_data(args.source, args.h, args.minutes, args.seed, args.data, args.test_data,
                     _bag_options(args), params, args.max_gap_s, args.max_speed,
                     args.max_yaw_rate, progress=True)
