@@ -103,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help='estimator polynomial order')
     replay.add_argument('--horizon', type=float, default=1.0, help='open-loop horizon (s)')
     replay.add_argument('--max-gap-s', type=float, default=None,
-                        help='gap that splits drives (default 5 sample periods)')
+                        help='gap that splits drives (default 5 sample periods, at least 0.05 s)')
     replay.add_argument('--out', type=Path, default=Path('car_replay'), help='report folder')
     replay.set_defaults(func=_replay)
 
@@ -159,8 +159,8 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
                         help='held-out bags or CSVs (default: every fifth block of --data)')
     _bag_arguments(parser)
     parser.add_argument('--max-gap-s', type=float, default=None,
-                        help='gap that splits drives (default 5 sample periods: 0.05 s at '
-                             '100 Hz, 0.25 s at 20 Hz)')
+                        help='gap that splits drives (default 5 sample periods, at least 0.05 s: '
+                             '0.25 s at 20 Hz)')
     parser.add_argument('--max-speed', type=float, default=8.0,
                         help='fastest plausible speed (m/s); faster states are mocap glitches')
     parser.add_argument('--max-yaw-rate', type=float, default=15.0,

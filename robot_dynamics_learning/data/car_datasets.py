@@ -17,9 +17,10 @@ from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.signals.mocap import offline_body_states
 import torch
 
-# A step longer than this many median sample periods is a gap in the recording (5 periods
-# is the 0.05 s used for the 100 Hz DART data).
+# A step longer than this many median sample periods, and than MIN_GAP_S, is a gap in the
+# recording (0.05 s: what the 100 Hz DART data and the 240 Hz simulator always used).
 GAP_PERIODS = 5.0
+MIN_GAP_S = 0.05
 # The offline smoothing window spans at least this many samples (0.1 s at 100 Hz; 20 Hz
 # data gets 0.25 s: fewer samples in the window would leave the mocap noise in the labels).
 WINDOW_SAMPLES = 5
@@ -118,7 +119,8 @@ def sample_period(trajectories: Sequence[Trajectory]) -> float:
     """Return the median sample period (s) over all drives: the mocap rate is 1 / it."""
     steps = [np.diff(t.time) for t in trajectories if len(t) > 1]
     if not steps:
-        raise ValueError('no drive has two samples: cannot detect the sample rate')
+        raise ValueError(f'{len(trajectories)} drives and none has two samples: no data to '
+                         'detect the sample rate from')
     return float(np.median(np.concatenate(steps)))
 
 
@@ -164,7 +166,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
 
     Samples with a non-finite pose or command are dropped (counted in info
     'dropped_non_finite'); drives are split at gaps longer than max_gap_s (default
-    GAP_PERIODS median periods);
+    GAP_PERIODS median periods, at least MIN_GAP_S);
     poses are Savitzky-Golay smoothed and differentiated over window_s (default the larger
     of MIN_WINDOW_S and WINDOW_SAMPLES periods) on a `fine_dt` grid (offline, zero phase),
     then sampled every h seconds; the action of a step is the mean command over it. Runs of
@@ -175,7 +177,8 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
         raise ValueError(f'h ({h}) must be a multiple of fine_dt ({fine_dt})')
     trajectories, dropped = _finite_rows(trajectories)
     period = sample_period(trajectories)
-    max_gap_s = GAP_PERIODS * period if max_gap_s is None else float(max_gap_s)
+    max_gap_s = (max(MIN_GAP_S, GAP_PERIODS * period) if max_gap_s is None
+                 else float(max_gap_s))
     window_s = max(MIN_WINDOW_S, WINDOW_SAMPLES * period) if window_s is None else window_s
     info = {'rate_hz': 1.0 / period, 'max_gap_s': max_gap_s, 'window_s': window_s,
             'dropped_non_finite': dropped}
