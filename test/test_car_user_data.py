@@ -31,9 +31,10 @@ def fixture_drives():
 def write_joy_bag(path, drives, released=()):
     """Poses + Joy commands (user axes, deadman button 5 held except at `released` rows)."""
     with bag_io.BagWriter(path, 'sqlite3') as bag:
-        stamps = bag_io._stamps(drives, bag_io.EPOCH_NS, 1.0)
-        row = 0
-        for drive, stamp_ns in zip(drives, stamps):
+        row, start_ns = 0, bag_io.EPOCH_NS
+        for drive in drives:   # one after the other, 1 s apart
+            stamp_ns = start_ns + np.round((drive.time - drive.time[0]) * 1e9).astype(np.int64)
+            start_ns = int(stamp_ns[-1]) + 1_000_000_000
             quaternions = bag_io.quaternion_from_yaw(drive.observations[:, 2])
             for i, t_ns in enumerate(stamp_ns.tolist()):
                 x, y = drive.observations[i, :2]
