@@ -205,3 +205,12 @@ def test_non_finite_samples_are_dropped_counted_and_split_the_drive():
     data = car_dataset([broken], 0.05)
     assert data.info['dropped_non_finite'] == 5
     assert np.all(np.isfinite(data.observations)) and len(data.segments) >= 2
+
+
+def test_dart_scan_finds_the_csv_subfolder_layout(tmp_path):
+    files = datasets.rc_car_files(FIXTURES)
+    (tmp_path / 'rc_car_dart' / 'set_a' / 'csv').mkdir(parents=True)
+    (tmp_path / 'rc_car_dart' / 'set_b').mkdir()
+    shutil.copy(files[0], tmp_path / 'rc_car_dart' / 'set_a' / 'csv' / 'one.csv')
+    shutil.copy(files[1], tmp_path / 'rc_car_dart' / 'set_b' / 'two.csv')
+    assert [p.name for p in datasets.rc_car_files(tmp_path)] == ['one.csv', 'two.csv']
