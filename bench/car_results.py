@@ -17,6 +17,7 @@ from pathlib import Path
 import sys
 import time
 
+from robot_dynamics_learning.control.car_evaluation import evaluate_car_model
 from robot_dynamics_learning.control.car_training import (car_data, fit_car_rollout,
                                                           load_car_model, save_car_model,
                                                           train_car)
@@ -24,7 +25,7 @@ from robot_dynamics_learning.control.demo_lap import DEFAULT_MODEL, drive_laps, 
 from robot_dynamics_learning.control.refine import refine_on_scenarios
 from robot_dynamics_learning.control.scenarios import plot_scenarios, run_all
 from robot_dynamics_learning.data import datasets
-from robot_dynamics_learning.models.car_common import car_dataset, evaluate_car_model
+from robot_dynamics_learning.data.car_datasets import car_dataset
 from robot_dynamics_learning.sim.car import CarParams, DrivingStyle, MocapNoise
 from robot_dynamics_learning.sim.driving import simulated_drives
 import torch
@@ -51,7 +52,7 @@ def dart_results() -> dict:
     for model_type, epochs, lr in (('car_mlp', DART_MLP_EPOCHS, DART_MLP_LR),
                                    ('car_bicycle', BICYCLE_EPOCHS, None)):
         start = time.perf_counter()
-        model, metrics = train_car(model_type, train, test, epochs, lr=lr)
+        model, metrics = train_car(model_type, train, test, lr=lr, epochs=epochs)
         metrics['train_seconds'] = time.perf_counter() - start
         out[model_type] = metrics
         if model_type == 'car_mlp':
@@ -63,7 +64,7 @@ def dart_results() -> dict:
 def sim_results() -> dict:
     """Evaluate the shipped sim model and a bicycle fitted to simulated data."""
     train, test = car_data('sim', 0.05, minutes=15.0)
-    _, bicycle = train_car('car_bicycle', train, test, BICYCLE_EPOCHS)
+    _, bicycle = train_car('car_bicycle', train, test, epochs=BICYCLE_EPOCHS)
     shipped = evaluate_car_model(load_car_model(DEFAULT_MODEL), test, 20)
     return {'car_mlp_shipped': shipped, 'car_bicycle': bicycle}
 

@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from robot_dynamics_learning.signals.mocap import (MocapEstimator, MocapEstimatorConfig,
-                                                   offline_body_states, wrap_angle)
+from robot_dynamics_learning.signals.mocap import (emulated_mocap_config, MocapEstimator,
+                                                   MocapEstimatorConfig, offline_body_states,
+                                                   wrap_angle)
 
 
 def circle(speed=1.5, radius=1.0, rate=240.0, seconds=4.0):
@@ -45,7 +46,8 @@ def test_online_estimate_tracks_a_noisy_circle_with_dropouts_and_wrapping():
     rng = np.random.default_rng(1)
     noisy = poses + rng.normal(0, [0.002, 0.002, 0.005], poses.shape)
     noisy[:, 2] = wrap_angle(noisy[:, 2])
-    estimator = MocapEstimator()
+    # the simulator's emulated mocap is 10x noisier than a Vicon: config/car.yaml's settings
+    estimator = MocapEstimator(emulated_mocap_config())
     errors = []
     valid = rng.random(len(t)) > 0.02
     for i in range(len(t)):
@@ -99,3 +101,30 @@ def test_bad_config_is_named():
         MocapEstimatorConfig(order=3)
     with pytest.raises(ValueError, match='window_s'):
         MocapEstimatorConfig(window_s=0.0)
+
+
+def test_velocity_is_rotated_with_the_heading_of_its_own_instant():
+    # A clean circle at 100 Hz: a straight-line fit's velocity describes the window's mean
+    # time; rotating it with the newest heading made vy = -vx * r * delay (-0.09 m/s here).
+    t, poses = circle(rate=100.0, seconds=2.0)
+    for config in (emulated_mocap_config(), MocapEstimatorConfig()):
+        estimator = MocapEstimator(config)
+        feed(estimator, t, poses)
+        vx, vy, r = estimator.estimate().state[3:]
+        assert vy == pytest.approx(0.0, abs=2e-3)
+        assert vx == pytest.approx(1.5, abs=5e-3) and r == pytest.approx(1.5, abs=5e-3)
+
+
+def test_quadratic_fit_has_no_delay_when_the_turn_tightens():
+    # yaw rate ramps at 5 rad/s^2: a straight-line yaw fit over 0.12 s lags by about 0.06 s
+    # (0.3 rad/s); the default quadratic fit, evaluated at the newest stamp, does not.
+    t = np.arange(0.0, 1.0, 0.01)
+    yaw = 2.5 * t ** 2
+    poses = np.stack([np.cumsum(np.cos(yaw)) * 0.01, np.cumsum(np.sin(yaw)) * 0.01, yaw], 1)
+    lagging = MocapEstimator(MocapEstimatorConfig(window_s=0.12, yaw_window_s=None, order=1))
+    exact = MocapEstimator()
+    feed(lagging, t, poses)
+    feed(exact, t, poses)
+    true_r = 5.0 * t[-1]
+    assert exact.estimate().state[5] == pytest.approx(true_r, abs=0.01)
+    assert true_r - lagging.estimate().state[5] > 0.25

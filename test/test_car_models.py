@@ -1,12 +1,12 @@
 """Car models: the DynamicsModel contract, differentiable rollouts, training, checkpoints."""
 import numpy as np
 import pytest
+from robot_dynamics_learning.control.car_evaluation import trajectory_validation_error
 from robot_dynamics_learning.control.car_training import (build_car_model, load_car_model,
                                                           save_car_model, train_car)
+from robot_dynamics_learning.data.car_datasets import car_dataset
 from robot_dynamics_learning.models.base import SequenceBatch
-from robot_dynamics_learning.models.car_common import (car_dataset, integrate_pose,
-                                                       relative_l1,
-                                                       trajectory_validation_error)
+from robot_dynamics_learning.models.car_base import integrate_pose, relative_l1
 from robot_dynamics_learning.sim.car import CarParams, MocapNoise
 from robot_dynamics_learning.sim.driving import simulated_drives
 import torch
@@ -86,7 +86,8 @@ def test_mlp_learns_simulated_driving_better_than_the_bicycle(sim_data):
         before, _ = untrained.loss(sim_data.transitions())
     results = {}
     for model_type, epochs in (('car_mlp', 15), ('car_bicycle', 10)):
-        _, results[model_type] = train_car(model_type, sim_data, sim_data, epochs)
+        _, results[model_type] = train_car(model_type, sim_data, sim_data,
+                                           epochs=epochs)
     assert results['car_mlp']['rel_l1_one_step'] < 0.9 * float(before)  # beats persistence
     assert (results['car_mlp']['velocity_l1_one_step']
             < 0.95 * results['car_bicycle']['velocity_l1_one_step'])

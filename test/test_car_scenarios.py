@@ -3,11 +3,11 @@ import math
 
 import numpy as np
 import pytest
-from robot_dynamics_learning.control.car_training import (build_car_model, fit_car_rollout,
-                                                          rollout_loss)
+from robot_dynamics_learning.control.car_training import (build_car_model, fit_car_model,
+                                                          fit_car_rollout, rollout_loss)
 from robot_dynamics_learning.control.scenarios import (run_scenario, Scenario,
                                                        SCENARIO_BY_NAME, slip_shortfall)
-from robot_dynamics_learning.models.car_common import car_dataset, fit_car_model
+from robot_dynamics_learning.data.car_datasets import car_dataset
 from robot_dynamics_learning.sim.car import (CarParams, MocapNoise, rear_slip_angle, simulate,
                                              slip_angle)
 from robot_dynamics_learning.sim.driving import simulated_drives

@@ -1,25 +1,43 @@
 """
-`rdl car ...`: offline RC-car tools (train, evaluate on DART, scenarios, simulated lap).
+`rdl car ...`: offline RC-car tools (train, evaluate, replay a bag, scenarios, simulated lap).
 
     rdl car train --source sim --minutes 15 --epochs 150 --out car_mlp_sim.pt
     rdl car train --source dart --model car_bicycle --epochs 20 --out bicycle_dart.pt
+    rdl car train --source bag --data my_bag --command-topic /joy --safety-button 5 --out m.pt
+    rdl car evaluate --source csv --data my_csvs/ --checkpoint m.pt --out report/
+    rdl car replay my_bag --checkpoint m.pt --out replay/
     rdl car refine --checkpoint config/models/car_mlp_sim.pt --out car_mlp_sim_refined.pt
     rdl car scenarios --checkpoint config/models/car_mlp_sim.pt --out results/
     rdl car lap --laps 1 --out results/
 """
 import argparse
+import dataclasses
 import json
 from pathlib import Path
+from typing import Dict, Sequence
 
+from robot_dynamics_learning.control.car_report import verdict_line, write_car_report
 from robot_dynamics_learning.control.car_training import (car_data, CAR_MODEL_TYPES,
                                                           load_car_model, save_car_model,
-                                                          train_car)
+                                                          StopRule, train_car)
 from robot_dynamics_learning.control.demo_lap import (DEFAULT_MODEL, DEFAULT_TRACK, drive_laps,
                                                       plot_lap)
 from robot_dynamics_learning.control.refine import refine_on_scenarios
 from robot_dynamics_learning.control.scenarios import plot_scenarios, run_all
+from robot_dynamics_learning.data.bag_io import CAR_COMMAND_TOPIC, CAR_POSE_TOPIC
+from robot_dynamics_learning.data.car_datasets import car_dataset
+from robot_dynamics_learning.data.car_sources import BagOptions, load_car_bags, SOURCES
+from robot_dynamics_learning.data.messages import CommandMapping
+from robot_dynamics_learning.resources import resource
+from robot_dynamics_learning.signals.estimator_check import (estimator_errors,
+                                                             reference_states,
+                                                             REFERENCE_WINDOW_S,
+                                                             stream_estimates)
+from robot_dynamics_learning.signals.mocap import MocapEstimatorConfig
 from robot_dynamics_learning.sim.car import CarParams
 import torch
+
+SHIPPED_DART_MODELS = ('config/models/car_mlp_dart.pt', 'config/models/car_bicycle_dart.pt')
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,18 +45,67 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     car = subparsers.add_parser('car', help='RC car: train models, scenarios, simulated laps')
     commands = car.add_subparsers(dest='car_command', metavar='CAR_COMMAND', required=True)
 
-    train = commands.add_parser('train', help='train a car model on simulated or DART data')
-    train.add_argument('--source', choices=('sim', 'dart'), default='sim')
+    train = commands.add_parser(
+        'train', help='train a car model on simulated, DART or your own data (bag, CSV)',
+        description='Train to convergence on a validation split (every fifth block of the '
+                    'training data; early stopping, best weights restored) unless --epochs '
+                    'gives a fixed recipe. Prints the held-out metrics (1 s open loop).')
+    _data_arguments(train)
     train.add_argument('--model', choices=CAR_MODEL_TYPES, default='car_mlp')
-    train.add_argument('--minutes', type=float, default=15.0,
-                       help='simulated driving to collect (source sim)')
-    train.add_argument('--epochs', type=int, default=150)
+    train.add_argument('--epochs', type=int, default=None,
+                       help='fixed epochs on all training data instead of early stopping')
+    train.add_argument('--max-epochs', type=int, default=StopRule.max_epochs,
+                       help='early stopping: most epochs (the guard)')
+    train.add_argument('--patience', type=int, default=StopRule.patience,
+                       help='early stopping: epochs without improvement before stopping')
     train.add_argument('--lr', type=float, default=None, help='Adam learning rate')
-    train.add_argument('--h', type=float, default=0.05, help='model step (s)')
-    train.add_argument('--seed', type=int, default=0)
-    train.add_argument('--threads', type=int, default=1, help='torch threads')
+    train.add_argument('--wheelbase', type=float, default=None,
+                       help='car_bicycle: wheelbase (m); default the DART car, 0.1735')
+    train.add_argument('--rear-to-cg', type=float, default=None,
+                       help='car_bicycle: rear axle to centre of mass (m); default half the '
+                            'wheelbase')
+    train.add_argument('--hidden', type=int, default=None, help='car_mlp: hidden width (64)')
+    train.add_argument('--layers', type=int, default=None, help='car_mlp: hidden layers (8)')
     train.add_argument('--out', type=Path, required=True, help='checkpoint to write')
+    train.add_argument('--report', type=Path, default=None,
+                       help='also write the evaluation report (report.md, PNG, metrics.json)')
     train.set_defaults(func=_train)
+
+    evaluate = commands.add_parser(
+        'evaluate', help='score car checkpoints on held-out data: report.md + PNG + JSON',
+        description='Open-loop rollouts of each checkpoint and of a constant-velocity '
+                    'baseline on the test split of the data (the same held-out blocks that '
+                    "'rdl car train' never trained on, or --test-data).")
+    _data_arguments(evaluate)
+    evaluate.add_argument('--checkpoint', type=Path, action='append', required=True,
+                          help='car model checkpoint (repeat for several)')
+    evaluate.add_argument('--horizon', type=float, default=1.0, help='open-loop horizon (s)')
+    evaluate.add_argument('--out', type=Path, default=Path('car_report'), help='report folder')
+    evaluate.set_defaults(func=_evaluate)
+
+    replay = commands.add_parser(
+        'replay', help='replay a car bag: estimator and models vs measured motion, report',
+        description='Reads mocap poses and commands from a rosbag2; replays the poses through '
+                    "the causal state estimator (the node's) against a zero-phase reference, "
+                    'and rolls each checkpoint and a constant-velocity baseline out open loop '
+                    'over the whole bag (none of it trained on). Writes report.md, PNGs and '
+                    'metrics.json.')
+    replay.add_argument('bag', metavar='BAG', type=Path, help='rosbag2 folder')
+    _bag_arguments(replay)
+    replay.add_argument('--checkpoint', type=Path, action='append', default=None,
+                        help='car model checkpoint (repeat; default the shipped DART MLP and '
+                             'bicycle)')
+    replay.add_argument('--window-s', type=float, default=None,
+                        help='estimator position window (s); default the node default')
+    replay.add_argument('--yaw-window-s', type=float, default=None,
+                        help='estimator yaw window (s)')
+    replay.add_argument('--order', type=int, choices=(1, 2), default=None,
+                        help='estimator polynomial order')
+    replay.add_argument('--horizon', type=float, default=1.0, help='open-loop horizon (s)')
+    replay.add_argument('--max-gap-s', type=float, default=None,
+                        help='gap that splits drives (default 5 sample periods, at least 0.05 s)')
+    replay.add_argument('--out', type=Path, default=Path('car_replay'), help='report folder')
+    replay.set_defaults(func=_replay)
 
     refine = commands.add_parser('refine', help='fine-tune a car model on simulated runs of '
                                  'the scenario plans (control/refine.py)')
@@ -65,14 +132,135 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lap.set_defaults(func=_lap)
 
 
-def _train(args: argparse.Namespace) -> int:
+def _bag_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--pose-topic', default=CAR_POSE_TOPIC,
+                        help=f'PoseStamped mocap topic (default {CAR_POSE_TOPIC})')
+    parser.add_argument('--command-topic', default=CAR_COMMAND_TOPIC,
+                        help=f'Joy, Twist or TwistStamped commands (default {CAR_COMMAND_TOPIC})')
+    parser.add_argument('--throttle-axis', type=int, default=1, help='Joy throttle axis')
+    parser.add_argument('--steering-axis', type=int, default=3, help='Joy steering axis')
+    parser.add_argument('--throttle-scale', type=float, default=1.0,
+                        help='throttle = scale * axis (Joy) or linear.x (Twist)')
+    parser.add_argument('--steering-scale', type=float, default=1.0,
+                        help='steering = scale * axis (Joy) or angular.z (Twist)')
+    parser.add_argument('--safety-button', type=int, default=None,
+                        help='Joy deadman button index: throttle counts as 0 while released')
+    parser.add_argument('--typestore', default='jazzy', choices=('humble', 'jazzy', 'kilted'),
+                        help='types for bags without definitions')
+
+
+def _data_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--source', choices=SOURCES, default='sim',
+                        help='sim: simulator; dart: the DART recordings (file split); bag: '
+                             'rosbag2 folders; csv: DART-style CSV files or folder trees')
+    parser.add_argument('--data', type=Path, nargs='+', default=(),
+                        help='bag folders or CSV files / folders (source bag, csv)')
+    parser.add_argument('--test-data', type=Path, nargs='+', default=(),
+                        help='held-out bags or CSVs (default: every fifth block of --data)')
+    _bag_arguments(parser)
+    parser.add_argument('--max-gap-s', type=float, default=None,
+                        help='gap that splits drives (default 5 sample periods, at least 0.05 s: '
+                             '0.25 s at 20 Hz)')
+    parser.add_argument('--max-speed', type=float, default=8.0,
+                        help='fastest plausible speed (m/s); faster states are mocap glitches')
+    parser.add_argument('--max-yaw-rate', type=float, default=15.0,
+                        help='fastest plausible yaw rate (rad/s)')
+    parser.add_argument('--minutes', type=float, default=15.0,
+                        help='simulated driving to collect (source sim)')
+    parser.add_argument('--mass', type=float, default=None, help='source sim: car mass (kg)')
+    parser.add_argument('--sim-wheelbase', type=float, default=None,
+                        help='source sim: wheelbase of the simulated car (m)')
+    parser.add_argument('--h', type=float, default=0.05, help='model step (s)')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--threads', type=int, default=1, help='torch threads')
+
+
+def _bag_options(args: argparse.Namespace) -> BagOptions:
+    return BagOptions(args.pose_topic, args.command_topic,
+                      CommandMapping(args.throttle_axis, args.steering_axis,
+                                     args.throttle_scale, args.steering_scale),
+                      args.safety_button, args.typestore)
+
+
+def _load_data(args: argparse.Namespace):
     torch.set_num_threads(args.threads)
-    train, test = car_data(args.source, args.h, args.minutes, args.seed)
-    model, metrics = train_car(args.model, train, test, args.epochs, args.seed, args.lr,
-                               log_every=max(1, args.epochs // 10))
-    save_car_model(args.out, model, {'source': args.source, 'epochs': args.epochs,
-                                     'minutes': args.minutes, 'test_metrics': metrics})
+    params = CarParams()
+    if args.mass is not None:
+        params = dataclasses.replace(params, mass=args.mass)
+    if args.sim_wheelbase is not None:
+        params = dataclasses.replace(params, wheelbase=args.sim_wheelbase,
+                                     rear_to_cg=args.sim_wheelbase / 2)
+    return car_data(args.source, args.h, args.minutes, args.seed, args.data, args.test_data,
+                    _bag_options(args), params, args.max_gap_s, args.max_speed,
+                    args.max_yaw_rate, progress=True)
+
+
+def _describe(args: argparse.Namespace) -> str:
+    paths = ', '.join(str(p) for p in args.data)
+    return args.source + (f' ({paths})' if paths else '')
+
+
+def _train(args: argparse.Namespace) -> int:
+    train, test = _load_data(args)
+    settings = {k: v for k, v in (('wheelbase', args.wheelbase),
+                                  ('rear_to_cg', args.rear_to_cg or (
+                                      args.wheelbase / 2 if args.wheelbase else None)),
+                                  ('hidden', args.hidden), ('layers', args.layers))
+                if v is not None}
+    rule = StopRule(args.max_epochs, args.patience)
+    model, metrics = train_car(args.model, train, test, args.seed, args.lr, rule, settings,
+                               args.epochs, progress=True)
+    save_car_model(args.out, model, {'source': _describe(args), 'epochs': args.epochs,
+                                     'settings': settings, 'test_metrics': metrics})
+    if args.report is not None:
+        report = write_car_report(args.report, {args.model: model}, test, _describe(args))
+        print(verdict_line(report))
     print(json.dumps({'checkpoint': str(args.out), **metrics}, indent=2))
+    return 0
+
+
+def _models(paths: Sequence[Path]) -> Dict[str, object]:
+    models = {}
+    for path in paths:
+        model = load_car_model(path)
+        name = f'{type(model).__name__} ({Path(path).name})'
+        models[name] = model
+    return models
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    _, test = _load_data(args)
+    metrics = write_car_report(args.out, _models(args.checkpoint), test, _describe(args),
+                               horizon_s=args.horizon)
+    print(verdict_line(metrics))
+    print(f'report: {args.out / "report.md"}')
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    torch.set_num_threads(1)
+    options = _bag_options(args)
+    drive = load_car_bags([args.bag], options, progress=True)[0]
+    models = _models(args.checkpoint or [resource(p) for p in SHIPPED_DART_MODELS])
+    h = next(iter(models.values())).h
+    test = car_dataset([drive], h, max_gap_s=args.max_gap_s)
+    settings = {k: v for k, v in (('window_s', args.window_s),
+                                  ('yaw_window_s', args.yaw_window_s), ('order', args.order))
+                if v is not None}
+    config = MocapEstimatorConfig(**settings)
+    estimates, counters = stream_estimates(drive.time, drive.observations, config)
+    reference = reference_states(drive.time, drive.observations, test.info['max_gap_s'])
+    estimator = {'time': drive.time, 'estimates': estimates, 'reference': reference,
+                 'errors': estimator_errors(drive.time, estimates, reference),
+                 'counters': counters, 'config': dataclasses.asdict(config),
+                 'reference_window_s': REFERENCE_WINDOW_S}
+    metrics = write_car_report(args.out, models, test, f'bag {args.bag}', estimator,
+                               args.horizon)
+    print(verdict_line(metrics))
+    errors = metrics['estimator']['errors']
+    print('estimator RMSE at zero lag: ' + ', '.join(
+        f"{k} {v['rmse']:.4f}" for k, v in errors.items()))
+    print(f'report: {args.out / "report.md"}')
     return 0
 
 

@@ -16,7 +16,7 @@ from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
 from robot_dynamics_learning.control.nlp import make_optimizer
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.resources import resource
-from robot_dynamics_learning.signals.mocap import MocapEstimator
+from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimator
 from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
 import torch
 from tqdm import tqdm
@@ -77,7 +77,7 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
     substeps = int(round(model.h / params.dt))
     state = np.zeros((1, 6))
     state[0, :3] = track.pose_at(0.0)
-    estimator = MocapEstimator()
+    estimator = MocapEstimator(emulated_mocap_config())
     log = {'time': [], 'state': [], 'command': [], 'lateral': [], 'solve_s': [],
            'iterations': []}
     travelled, last_s, sim_time = 0.0, track.coordinates(state[0, :2])[0], 0.0

@@ -28,7 +28,7 @@ from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier
 from robot_dynamics_learning.control.optimizer import (LineSearchOptimizer, Optimizer,
                                                        OptimizerConfig)
 from robot_dynamics_learning.control.track import Track
-from robot_dynamics_learning.models.car_common import CarModel, integrate_poses
+from robot_dynamics_learning.models.car_base import CarModel, integrate_poses
 from robot_dynamics_learning.models.car_mlp import CarMLP, FusedRollout
 import torch
 

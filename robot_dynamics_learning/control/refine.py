@@ -17,12 +17,13 @@ from dataclasses import replace
 from typing import Callable, Dict, List
 
 import numpy as np
-from robot_dynamics_learning.control.car_training import fit_car_rollout
+from robot_dynamics_learning.control.car_evaluation import evaluate_car_model
+from robot_dynamics_learning.control.car_training import fit_car_model, fit_car_rollout
 from robot_dynamics_learning.control.scenarios import (optimise_scenario, perturbed_run,
                                                        Scenario, SCENARIOS)
+from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.models.car_common import (car_dataset, CarDataset, CarModel,
-                                                       evaluate_car_model, fit_car_model)
+from robot_dynamics_learning.models.car_base import CarModel
 from robot_dynamics_learning.sim.car import (CarParams, DrivingStyle, emulate_mocap, MocapNoise,
                                              simulate)
 from robot_dynamics_learning.sim.driving import simulated_drives

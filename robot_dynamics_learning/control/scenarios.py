@@ -19,7 +19,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 from robot_dynamics_learning.control.costs import limit_barrier, regularizer, target_cost
 from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
-from robot_dynamics_learning.models.car_common import CarModel
+from robot_dynamics_learning.models.car_base import CarModel
 from robot_dynamics_learning.sim.car import CarParams, rear_slip_angle, simulate, slip_angle
 import torch
 

@@ -259,10 +259,25 @@ class _PoseCollector(_Collector):
 
 
 class _CommandCollector(_Collector):
+    """Commands; with a safety button (Joy) also 'safety': 1 while it is held, else 0."""
+
+    def __init__(self, parser, capacity: int, safety_button: Optional[int] = None) -> None:
+        super().__init__(parser, capacity)
+        self.safety_button = safety_button
+        self._buttons: Sequence[int] = ()
+
+    def add(self, msg: object, receive_ns: int) -> None:
+        self._buttons = getattr(msg, 'buttons', ())
+        super().add(msg, receive_ns)
+
     def store(self, command, receive_ns: int) -> None:
         self.stamp_ns[self.n] = receive_ns if command.stamp_ns is None else command.stamp_ns
         self._row('throttle', ())[self.n] = command.throttle
         self._row('steering', ())[self.n] = command.steering
+        if self.safety_button is not None:
+            button = self.safety_button
+            held = len(self._buttons) > button and self._buttons[button] != 0
+            self._row('safety', ())[self.n] = float(held)
 
 
 class _ArrayCollector(_Collector):
@@ -278,7 +293,8 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
                velocity: FieldNeed = FieldNeed.OPTIONAL,
                effort: FieldNeed = FieldNeed.OPTIONAL,
                mapping: CommandMapping = CommandMapping(), size: Optional[int] = None,
-               typestore: str = 'jazzy', progress: bool = False) -> TopicArrays:
+               safety_button: Optional[int] = None, typestore: str = 'jazzy',
+               progress: bool = False) -> TopicArrays:
     """
     Read one topic of a supported type into `TopicArrays`, skipping invalid messages.
 
@@ -286,6 +302,7 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
     velocity, effort: `FieldNeed` per array; an optional array must be in all accepted
     messages or in none (else ValueError: choose required or ignore). mapping: Twist/Joy ->
     throttle, steering. size: required Float64MultiArray length (None: the first message's).
+    safety_button (Joy only): index of the deadman button, read into the field 'safety'.
     """
     with open_bag(path, typestore) as reader:
         connections = [c for c in reader.connections if c.topic == topic]
@@ -301,8 +318,10 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
         # metadata.yaml counts: a hint only (any value, even not a number, is possible).
         counts = [c.msgcount for c in connections]
         capacity = sum(counts) if all(type(k) is int and k >= 0 for k in counts) else 0
+        if safety_button is not None and msgtype != JOY:
+            raise ValueError(f"a safety button needs Joy commands; '{topic}' is {msgtype}")
         collector = _make_collector(msgtype, capacity, joint_names, position, velocity, effort,
-                                    mapping, size)
+                                    mapping, size, safety_button)
         deserialize = reader.typestore.deserialize_cdr
         messages = reader.messages(connections=connections)
         for _, receive_ns, raw in tqdm(messages, total=capacity, disable=not progress,
@@ -325,7 +344,8 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
 
 
 def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity, effort,
-                    mapping: CommandMapping, size: Optional[int]) -> _Collector:
+                    mapping: CommandMapping, size: Optional[int],
+                    safety_button: Optional[int] = None) -> _Collector:
     if msgtype == JOINT_STATE:
         parser = JointStateParser(joint_names, position, velocity, effort)
         return _JointCollector(parser, capacity)
@@ -333,7 +353,7 @@ def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity
         return _PoseCollector(PoseParser(), capacity)
     if msgtype == FLOAT64_MULTI_ARRAY:
         return _ArrayCollector(ArrayParser(size), capacity)
-    return _CommandCollector(CarCommandParser(mapping), capacity)
+    return _CommandCollector(CarCommandParser(mapping), capacity, safety_button)
 
 
 def hold_last(source_ns: np.ndarray, values: np.ndarray, target_ns: np.ndarray
@@ -399,20 +419,27 @@ def read_trajectory(path: PathLike, joint_topic: str = JOINT_TOPIC,
 
 def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
                         command_topic: str = CAR_COMMAND_TOPIC,
-                        mapping: CommandMapping = CommandMapping(), typestore: str = 'jazzy'
-                        ) -> Trajectory:
+                        mapping: CommandMapping = CommandMapping(),
+                        safety_button: Optional[int] = None, typestore: str = 'jazzy',
+                        progress: bool = False) -> Trajectory:
     """
     Mocap poses plus car commands -> `Trajectory` (observations [x, y, yaw], actions).
 
     yaw is unwrapped; actions [throttle, steering] are held (zero-order) on receive time;
-    poses received before the first command are dropped.
+    poses received before the first command are dropped. safety_button (Joy commands): the
+    deadman button's index; throttle counts as 0 while it is released (as DART's
+    safety_value), so coasting with the button up is not learned as driving.
     """
-    poses = read_topic(path, pose_topic, typestore=typestore)
-    commands = read_topic(path, command_topic, mapping=mapping, typestore=typestore)
+    poses = read_topic(path, pose_topic, typestore=typestore, progress=progress)
+    commands = read_topic(path, command_topic, mapping=mapping, safety_button=safety_button,
+                          typestore=typestore, progress=progress)
     if len(poses) == 0 or len(commands) == 0:
         raise ValueError(f'{path}: no valid poses ({poses.rejections}) or commands '
                          f'({commands.rejections})')
-    command_values = np.stack([commands.fields['throttle'], commands.fields['steering']], 1)
+    throttle = commands.fields['throttle']
+    if safety_button is not None:
+        throttle = np.where(commands.fields['safety'] > 0, throttle, 0.0)
+    command_values = np.stack([throttle, commands.fields['steering']], 1)
     actions, valid = hold_last(commands.receive_ns, command_values, poses.receive_ns)
     if not valid.any():
         raise ValueError(f'no {command_topic} message precedes any pose')
@@ -518,13 +545,14 @@ class BagWriter:
                                           twist=self.twist(throttle, steering, mapping))
 
     def joy(self, stamp_ns: int, throttle: float, steering: float,
-            mapping: CommandMapping = CommandMapping()) -> object:
-        """Return a Joy with the mapped axes set and every other axis 0."""
+            mapping: CommandMapping = CommandMapping(),
+            buttons: Sequence[int] = ()) -> object:
+        """Return a Joy with the mapped axes set, every other axis 0, and `buttons`."""
         axes = np.zeros(max(mapping.throttle_axis, mapping.steering_axis) + 1, np.float32)
         axes[mapping.throttle_axis] = throttle / mapping.throttle_scale
         axes[mapping.steering_axis] = steering / mapping.steering_scale
         return self._types[JOY](header=self.header(stamp_ns), axes=axes,
-                                buttons=np.zeros(0, np.int32))
+                                buttons=np.asarray(buttons, np.int32))
 
     def float64_array(self, values: np.ndarray) -> object:
         """Return a Float64MultiArray with an empty layout."""

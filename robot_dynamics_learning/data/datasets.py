@@ -222,10 +222,14 @@ def load_rc_car(path: Path) -> Trajectory:
 
 
 def rc_car_files(root: Optional[Path] = None) -> List[Path]:
-    """DART CSV files that carry Vicon poses, sorted (two folders are IMU/encoder only)."""
+    """
+    DART CSV files that carry Vicon poses, sorted (two folders are IMU/encoder only).
+
+    Both layouts of the DART repository: <set>/<file>.csv and <set>/csv/<file>.csv.
+    """
     folder = Path(root or shared_data_dir()) / 'rc_car_dart'
     with_vicon = []
-    for path in sorted(folder.glob('*/*.csv')):
+    for path in sorted([*folder.glob('*/*.csv'), *folder.glob('*/csv/*.csv')]):
         with open(path) as handle:
             if 'vicon time' in handle.readline():
                 with_vicon.append(path)

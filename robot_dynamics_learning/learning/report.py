@@ -263,7 +263,8 @@ def _plot_joints(metrics: Dict[str, Any], split: str, path: Path) -> None:
     plt.close(fig)
 
 
-def _number(value: Any, digits: int = 3) -> str:
+def short_number(value: Any, digits: int = 3) -> str:
+    """Format a number for a table: 3 significant digits, - for missing or non-finite."""
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return '-'
     return f'{value:.{digits}g}' if isinstance(value, float) else str(value)
@@ -280,17 +281,17 @@ def _verdict_text(metrics: Dict[str, Any]) -> str:
     ratio = v.get('baseline_over_model', float('nan'))
     if ratio >= 1:
         compare = (f"beats the best baseline, {v['best_baseline']} (nMSE "
-                   f"{_number(v['baseline_nmse'])}), by a factor of {ratio:.2f}")
+                   f"{short_number(v['baseline_nmse'])}), by a factor of {ratio:.2f}")
     else:
         compare = (f"does NOT beat the best baseline, {v['best_baseline']} (nMSE "
-                   f"{_number(v['baseline_nmse'])}, {_number(1 / ratio)} times lower): on this "
-                   'bag, deploy the baseline or give the model more data')
+                   f"{short_number(v['baseline_nmse'])}, {short_number(1 / ratio)} times "
+                   'lower): on this bag, deploy the baseline or give the model more data')
     speed = m.get('latency_ms')
     timing = '' if speed is None else (
         f"It replayed {metrics['duration_s']:.1f} s of data in {m['wall_s']:.1f} s "
-        f"({m['realtime_factor']:.1f}x real time, prediction p99 {_number(speed['p99'])} ms "
+        f"({m['realtime_factor']:.1f}x real time, prediction p99 {short_number(speed['p99'])} ms "
         f"per sample, {m['train_steps']} training updates). ")
-    return (f"Best model {where}: **{v['best_model']}** with nMSE {_number(v['model_nmse'])} "
+    return (f"Best model {where}: **{v['best_model']}** with nMSE {short_number(v['model_nmse'])} "
             f"(mean over {len(metrics['joint_names'])} joints); it {compare}. {timing}"
             "nMSE 1 is the error of always predicting the bag's mean torque; 0 is perfect.")
 
@@ -328,19 +329,19 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
         'updates | latency p50 / p99 (ms) | x real time |',
         '|---|---|---|---|---|---|---|---|']
     for name, m in metrics['models'].items():
-        rmse = ', '.join(_number(v, 2) for v in m['held_out']['rmse_per_joint'])
+        rmse = ', '.join(short_number(v, 2) for v in m['held_out']['rmse_per_joint'])
         lat = m.get('latency_ms')
         lines.append(
-            f"| {name} | {m['kind']} | {_number(m['prequential']['nmse'])} | "
-            f"{_number(m['held_out']['nmse'])} | {rmse} | {m.get('train_steps', '-')} | "
+            f"| {name} | {m['kind']} | {short_number(m['prequential']['nmse'])} | "
+            f"{short_number(m['held_out']['nmse'])} | {rmse} | {m.get('train_steps', '-')} | "
             + (f"{lat['p50']:.3f} / {lat['p99']:.3f}" if lat else '-')
-            + f" | {_number(m['realtime_factor'], 3)} |")
+            + f" | {short_number(m['realtime_factor'], 3)} |")
     lines += ['', '### nMSE per joint (held-out, or prequential without held-out blocks)', '',
               '| model | ' + ' | '.join(names) + ' |', '|---|' + '---|' * len(names)]
     split = metrics['verdict']['split']
     for name, m in metrics['models'].items():
         lines.append(f'| {name} | '
-                     + ' | '.join(_number(v) for v in m[split]['nmse_per_joint']) + ' |')
+                     + ' | '.join(short_number(v) for v in m[split]['nmse_per_joint']) + ' |')
     calibrated = {k: m['calibration'] for k, m in metrics['models'].items()
                   if 'calibration' in m}
     if calibrated:
@@ -370,12 +371,12 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
     return '\n'.join(lines)
 
 
-def _plain(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
     """JSON-ready copy: NaN and infinities become null (strict JSON has neither)."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_ready(v) for v in value]
     if isinstance(value, (float, np.floating)):
         return float(value) if np.isfinite(value) else None
     if isinstance(value, np.integer):
@@ -388,7 +389,7 @@ def write_report(result: ReplayResult, out: Path) -> Dict[str, Any]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     metrics = compute_metrics(result)
-    (out / 'metrics.json').write_text(json.dumps(_plain(metrics), indent=1, allow_nan=False))
+    (out / 'metrics.json').write_text(json.dumps(json_ready(metrics), indent=1, allow_nan=False))
     files = {'error over time': 'nmse_over_time.png',
              'predicted vs measured torque': 'predicted_vs_measured.png',
              'nMSE per joint': 'nmse_per_joint.png'}

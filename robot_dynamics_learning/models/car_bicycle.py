@@ -10,7 +10,7 @@ softplus and fitted with the same loss and trainer as the MLP.
 import dataclasses
 import math
 
-from robot_dynamics_learning.models.car_common import CarModel
+from robot_dynamics_learning.models.car_base import CarModel
 from robot_dynamics_learning.models.common import ModelConfig
 import torch
 from torch import nn

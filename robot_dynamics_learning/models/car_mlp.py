@@ -14,7 +14,7 @@ import math
 from typing import Callable, Iterator, List, Optional, Tuple, TypeVar
 
 from robot_dynamics_learning.models.base import check_finite, SequenceBatch
-from robot_dynamics_learning.models.car_common import CarModel, N_ACT
+from robot_dynamics_learning.models.car_base import CarModel, N_ACT
 from robot_dynamics_learning.models.common import ModelConfig
 import torch
 from torch import nn

@@ -6,7 +6,9 @@ Subscribes `mocap_pose` (`geometry_msgs/PoseStamped`, sensor-data QoS, e.g. rema
 NaN, bad quaternion, zero or backward stamps, stamps more than max_future_stamp_s ahead of the
 node clock: one such pose would otherwise hide every real one after it) and the estimator
 (signals/mocap: out-of-order stamps, jumps beyond max_speed * dt + jump_margin). Accepted poses
-feed a causal local polynomial fit; accepted poses publish (at most publish_rate_hz times a
+feed causal local polynomial fits of position and yaw (`MocapEstimator`: a straight line
+or a parabola evaluated at the newest stamp, the velocity rotated with the heading of the
+same instant); accepted poses publish (at most publish_rate_hz times a
 second, so that subscribers are not flooded at the mocap rate) `car/pose` (PoseStamped,
 smoothed) and `car/twist` (TwistStamped: linear.x = vx, linear.y = vy in the car frame (m/s),
 angular.z = yaw rate (rad/s)), both with the mocap stamp. Rejections are counted per reason,
@@ -25,7 +27,8 @@ from robot_dynamics_learning.nodes.parameters import declare as declare_paramete
 from robot_dynamics_learning.nodes.parameters import (declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
-from robot_dynamics_learning.signals.mocap import MocapEstimator, MocapEstimatorConfig
+from robot_dynamics_learning.signals.mocap import (emulated_mocap_config, MocapEstimator,
+                                                   MocapEstimatorConfig)
 
 
 class CarStateEstimatorNode(Node):
@@ -36,9 +39,16 @@ class CarStateEstimatorNode(Node):
 
         declare = functools.partial(declare_parameter, self)
 
-        declare('window_s', 0.08, 'causal fit window (s); velocity delay is about half', 0.005,
+        # Defaults for car_sim's emulated mocap (what the launch files and tests drive); a
+        # real Vicon: order 2, window_s 0.12 (docs/results_car.md section 8).
+        defaults = emulated_mocap_config()
+        declare('window_s', defaults.window_s, 'causal fit window of the positions (s)', 0.005,
                 1.0)
-        declare('order', 1, 'polynomial order of the fit (1 or 2)', 1, 2)
+        declare('yaw_window_s', defaults.yaw_window_s or 0.0, 'causal fit window of the yaw '
+                '(s); 0 = window_s', 0.0, 1.0)
+        declare('order', defaults.order, 'polynomial order of the fits: 2 = evaluated at the '
+                'newest stamp (no delay), 1 = a straight line (delay about half the window, '
+                'least noise)', 1, 2)
         declare('min_samples', 4, 'poses needed in the window before publishing', 2, 1000)
         declare('max_speed', 8.0, 'fastest plausible car speed for jump rejection (m/s)', 0.1,
                 100.0)
@@ -50,7 +60,8 @@ class CarStateEstimatorNode(Node):
                 'is still filtered); 0 = one per accepted pose', 0.0, 10000.0)
         get = self.get_parameter
         self.estimator = MocapEstimator(MocapEstimatorConfig(
-            window_s=get('window_s').value, order=get('order').value,
+            window_s=get('window_s').value, yaw_window_s=get('yaw_window_s').value or None,
+            order=get('order').value,
             min_samples=get('min_samples').value, max_speed=get('max_speed').value,
             jump_margin=get('jump_margin').value, relock_after=get('relock_after').value))
         refuse_clock_changes(self)

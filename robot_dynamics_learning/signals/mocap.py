@@ -3,9 +3,10 @@ Motion-capture poses -> smoothed planar pose and body-frame velocities (vx, vy, 
 
 Offline (seed 003, Sec. III-A): resample to a uniform grid, Savitzky-Golay smoothing and
 derivative of x, y and the unwrapped yaw (zero phase), then rotate the world velocity into the
-car frame. Online: `MocapEstimator`, a causal local polynomial fit over the last `window_s`
-seconds evaluated at the newest stamp (bounded delay, tolerant of dropouts and uneven stamps),
-with rejection of NaN poses, out-of-order stamps and jumps, and stale detection.
+car frame. Online: `MocapEstimator`, causal local polynomial fits of the positions and the
+yaw over the last `window_s` / `yaw_window_s` seconds, by default quadratic and evaluated at
+the newest stamp (no delay for signals up to quadratic; tolerant of dropouts and uneven
+stamps), with rejection of NaN poses, out-of-order stamps and jumps, and stale detection.
 Frames: world x, y (m), yaw about z (rad); body x forward, y left.
 """
 from dataclasses import dataclass, field
@@ -71,16 +72,21 @@ class MocapEstimatorConfig:
     """
     Settings of the online estimator (units: s, m, m/s).
 
-    window_s: length of the causal fit window (delay about window_s / 2 for velocities);
-    order: polynomial order of the fit (1 or 2); min_samples: samples needed before output;
-    max_speed: fastest plausible car speed, used with jump_margin to reject jumps;
-    relock_after: consecutive rejected jumps after which the estimator restarts at the new
-    position (the body really moved, e.g. picked up); stale_after_s: age that makes the
-    estimate stale.
+    window_s: length of the causal fit window of the positions; yaw_window_s: of the yaw
+    (None: window_s); order: polynomial order of the fits (1: a
+    straight line, whose slope describes the window's mean time: a delay of about half the
+    window; 2: a parabola evaluated at the newest stamp: no delay for signals up to
+    quadratic, more noise); min_samples: samples needed before output; max_speed: fastest
+    plausible car speed, used with jump_margin to reject jumps; relock_after: consecutive
+    rejected jumps after which the estimator restarts at the new position (the body really
+    moved, e.g. picked up); stale_after_s: age that makes the estimate stale.
+    Defaults: measured on replayed DART Vicon recordings (100 Hz, about 0.2 mm and 1 mrad
+    noise; docs/results_car.md section 8).
     """
 
-    window_s: float = 0.08
-    order: int = 1
+    window_s: float = 0.12
+    yaw_window_s: Optional[float] = None
+    order: int = 2
     min_samples: int = 4
     max_speed: float = 8.0
     jump_margin: float = 0.1
@@ -92,6 +98,8 @@ class MocapEstimatorConfig:
         """Validate ranges so that a bad config fails at start-up, naming the value."""
         if self.window_s <= 0:
             raise ValueError(f'window_s must be positive, got {self.window_s}')
+        if self.yaw_window_s is not None and self.yaw_window_s <= 0:
+            raise ValueError(f'yaw_window_s must be positive or None, got {self.yaw_window_s}')
         if self.order not in (1, 2):
             raise ValueError(f'order must be 1 or 2, got {self.order}')
         if self.min_samples < self.order + 1:
@@ -101,6 +109,16 @@ class MocapEstimatorConfig:
                 raise ValueError(f'{name} must be positive, got {getattr(self, name)}')
         if self.relock_after < 1 or self.capacity < self.min_samples:
             raise ValueError('relock_after must be >= 1 and capacity >= min_samples')
+
+
+def emulated_mocap_config() -> MocapEstimatorConfig:
+    """
+    Return the settings for car_sim's emulated mocap (2 mm, 5 mrad noise; config/car.yaml).
+
+    Ten times a Vicon's noise: a straight line over 0.08 s (delay ~0.04 s) keeps the noise of
+    the velocities at a third of what the quadratic default would give there.
+    """
+    return MocapEstimatorConfig(window_s=0.08, yaw_window_s=None, order=1)
 
 
 @dataclass
@@ -180,22 +198,34 @@ class MocapEstimator:
         return None
 
     def _fit(self) -> Optional[CarStateEstimate]:
-        """Least-squares polynomial fit over the window, evaluated at the newest stamp."""
-        cap = self.config.capacity
+        """
+        Least-squares polynomial fits over the windows, consistent in time.
+
+        Positions and yaw are fitted separately (own windows). The world velocity is rotated
+        into the car frame with the heading of the same instant: the newest stamp for order
+        2, the position window's mean time for order 1 (the instant a straight line's slope
+        describes). Rotating a delayed velocity with the newest heading biased vy in turns
+        by about -delay * vx * r.
+        """
+        cfg = self.config
+        cap = cfg.capacity
         order_idx = (self._head - 1 - np.arange(self._count)) % cap
         times = self._time[order_idx]
         newest = times[0]
-        inside = times >= newest - self.config.window_s
-        if int(inside.sum()) < self.config.min_samples:
+        tau_all = times - newest
+        inside = tau_all >= -cfg.window_s
+        yaw_window = cfg.window_s if cfg.yaw_window_s is None else cfg.yaw_window_s
+        inside_yaw = tau_all >= -yaw_window
+        if min(int(inside.sum()), int(inside_yaw.sum())) < cfg.min_samples:
             return None
-        tau = times[inside] - newest
-        poses = self._pose[order_idx[inside]]
-        basis = np.vander(tau, self.config.order + 1, increasing=True)
-        coef, *_ = np.linalg.lstsq(basis, poses, rcond=None)
-        pose, rate = coef[0], coef[1]
-        vx, vy = world_to_body(pose[2], rate[0], rate[1])
-        return CarStateEstimate(float(newest), np.array([pose[0], pose[1], pose[2], vx, vy,
-                                                         rate[2]]))
+        poses = self._pose[order_idx]
+        pos = _polyfit(tau_all[inside], poses[inside, :2], cfg.order)
+        yaw = _polyfit(tau_all[inside_yaw], poses[inside_yaw, 2:], cfg.order)
+        at = float(np.mean(tau_all[inside])) if cfg.order == 1 else 0.0
+        heading = yaw[0, 0] + yaw[1, 0] * at + (yaw[2, 0] * at * at if cfg.order == 2 else 0.0)
+        vx, vy = world_to_body(heading, pos[1, 0], pos[1, 1])
+        return CarStateEstimate(float(newest), np.array([pos[0, 0], pos[0, 1], yaw[0, 0], vx,
+                                                         vy, yaw[1, 0]]))
 
     def estimate(self) -> Optional[CarStateEstimate]:
         """Return the latest estimate, None before min_samples poses arrived in one window."""
@@ -205,3 +235,8 @@ class MocapEstimator:
         """Return True when no pose was accepted within stale_after_s before `now` (s)."""
         last = self.last_stamp
         return last is None or now - last > self.config.stale_after_s
+
+
+def _polyfit(tau: np.ndarray, values: np.ndarray, order: int) -> np.ndarray:
+    """Return coefficients (order + 1, n) of a least-squares polynomial in tau (s)."""
+    return np.linalg.lstsq(np.vander(tau, order + 1, increasing=True), values, rcond=None)[0]

@@ -2,7 +2,7 @@
 Simulated data collection: random human-like driving seen through emulated motion capture.
 
 The result has the shape of the real DART recordings (observations [x, y, yaw wrapped] from
-mocap, actions [throttle, steering]) so that one pipeline (`models.car_common.car_dataset`)
+mocap, actions [throttle, steering]) so that one pipeline (`data.car_datasets.car_dataset`)
 serves both.
 """
 from typing import List

@@ -1,0 +1,181 @@
+"""
+A user's own car data, measured on the DART recordings replayed from rosbag2 folders.
+
+1. estimator: every DART Vicon file written to a bag (PoseStamped + Joy), its poses read back
+   and streamed through `MocapEstimator` (the node's core) at several settings; RMSE at zero
+   lag against the zero-phase Savitzky-Golay reference (cubic, 0.2 s; and 0.1 s), and the
+   delay that would minimise it.
+2. training: the DART file split as bags (15 train, 2 test files), both models trained to
+   convergence (`rdl car train --source bag`) against the fixed recipes of
+   docs/results_car.md section 1, in the same run; the same at 20 Hz (every fifth pose) and
+   on small data (68 s of one training file; the first 15 s of three, as the test fixtures).
+   Saves the converged bicycle as config/models/car_bicycle_dart.pt (`rdl car replay`'s
+   default with the DART MLP).
+Writes bench/results/car_data.json. `python -m bench.car_data estimator` runs only part 1.
+"""
+import json
+from pathlib import Path
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+import numpy as np
+from robot_dynamics_learning.control.car_training import car_data, save_car_model, train_car
+from robot_dynamics_learning.data import bag_io, datasets
+from robot_dynamics_learning.data.car_datasets import DART_TEST_FILES
+from robot_dynamics_learning.data.car_sources import BagOptions
+from robot_dynamics_learning.data.messages import JOY
+from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.signals.estimator_check import (estimator_errors,
+                                                             reference_states,
+                                                             stream_estimates)
+from robot_dynamics_learning.signals.mocap import MocapEstimator, MocapEstimatorConfig
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / 'bench' / 'results' / 'car_data.json'
+ESTIMATORS = {
+    'order 1, 0.08 s (car.yaml for car_sim)':
+        MocapEstimatorConfig(window_s=0.08, yaw_window_s=None, order=1),
+    'order 2, 0.08 s': MocapEstimatorConfig(window_s=0.08, yaw_window_s=None, order=2),
+    'order 2, 0.09 s, yaw 0.12 s': MocapEstimatorConfig(window_s=0.09, yaw_window_s=0.12),
+    'order 2, 0.12 s (default)': MocapEstimatorConfig(),
+    'order 2, 0.16 s': MocapEstimatorConfig(window_s=0.16),
+    'order 2, 0.12 s, yaw 0.2 s': MocapEstimatorConfig(yaw_window_s=0.2),
+}
+BEFORE = 'order 1, 0.08 s, rotated with the newest yaw (before)'
+
+
+class NewestYawRotation(MocapEstimator):
+    """The estimator before this change: the window's mean velocity, newest heading."""
+
+    def _fit(self):
+        estimate = super()._fit()
+        if estimate is None:
+            return None
+        cfg = self.config
+        times = self._time[(self._head - 1 - np.arange(self._count)) % cfg.capacity]
+        at = float(np.mean(times[times >= times[0] - cfg.window_s] - times[0]))
+        state = estimate.state.copy()
+        turn = -estimate.state[5] * at   # heading change from the fit's instant to the newest
+        c, s = np.cos(turn), np.sin(turn)
+        state[3], state[4] = c * state[3] + s * state[4], -s * state[3] + c * state[4]
+        return estimate._replace(state=state)
+
+
+FIXED = {'car_mlp': (60, 1e-3), 'car_bicycle': (20, None)}   # results_car.md section 1
+SMALL_S = 68.0
+
+
+def write_bags(drives: List[Trajectory], folder: Path) -> List[Path]:
+    """Write one bag per drive (PoseStamped + Joy, as a user's teleoperated car records)."""
+    paths = []
+    for k, drive in enumerate(drives):
+        path = folder / f'drive_{k:02d}'
+        bag_io.write_car_trajectories(path, [drive], 'sqlite3', command_type=JOY)
+        paths.append(path)
+    return paths
+
+
+def estimator_results(bags: List[Path]) -> Dict[str, object]:
+    """Part 1: every estimator setting on every bag's poses, errors pooled over samples."""
+    drives = [bag_io.read_car_trajectory(path) for path in bags]
+    out: Dict[str, object] = {'files': len(drives),
+                              'poses': int(sum(len(d) for d in drives))}
+    for window in (0.2, 0.1):
+        references = [reference_states(d.time, d.observations, 0.05, window) for d in drives]
+        table = {}
+        runs = {BEFORE: (ESTIMATORS['order 1, 0.08 s (car.yaml for car_sim)'],
+                         NewestYawRotation),
+                **{name: (config, MocapEstimator) for name, config in ESTIMATORS.items()}}
+        for name, (config, kind) in runs.items():
+            pooled = [stream_estimates(d.time, d.observations, config, kind)[0]
+                      for d in drives]
+            time_all = np.concatenate([d.time + 1e4 * k for k, d in enumerate(drives)])
+            table[name] = estimator_errors(time_all, np.concatenate(pooled),
+                                           np.concatenate(references))
+            print(window, name, {k: round(v['rmse'], 4) for k, v in table[name].items()},
+                  flush=True)
+        out[f'reference_{window:g}s'] = table
+    return out
+
+
+def subsample(drive: Trajectory, every: int) -> Trajectory:
+    """Every `every`-th pose and command (a slower mocap)."""
+    return Trajectory(time=drive.time[::every], observations=drive.observations[::every],
+                      actions=drive.actions[::every], source=f'{drive.source}[::{every}]')
+
+
+def first_seconds(drive: Trajectory, seconds: float) -> Trajectory:
+    """Return the first `seconds` of a drive."""
+    return drive.segment(0, int(np.searchsorted(drive.time, seconds)))
+
+
+def train_both(train, test, fixed: bool) -> Dict[str, object]:
+    """Train both models (converged, and the fixed recipe when asked) on one data pair."""
+    out = {'train_s': train.duration_s, 'test_s': test.duration_s, 'data': train.info}
+    for model_type, (epochs, lr) in FIXED.items():
+        runs = {'converged': {'epochs': None, 'lr': None}}
+        if fixed:
+            runs['fixed'] = {'epochs': epochs, 'lr': lr}
+        for name, kwargs in runs.items():
+            start = time.perf_counter()
+            model, metrics = train_car(model_type, train, test, progress=True, **kwargs)
+            metrics['train_seconds'] = time.perf_counter() - start
+            out[f'{model_type}_{name}'] = metrics
+            print(model_type, name, round(metrics['position_error_m'], 4), flush=True)
+            if model_type == 'car_bicycle' and name == 'converged' and fixed:
+                out['model'] = model
+    return out
+
+
+def training_results(folder: Path, train_drives: List[Trajectory],
+                     test_drives: List[Trajectory]) -> Dict[str, object]:
+    """Part 2: converged vs fixed recipes from bags at 100 Hz, 20 Hz and on 68 s of data."""
+    options = BagOptions(command_topic=bag_io.CAR_COMMAND_TOPIC)
+    cases = {
+        'dart_100hz': (train_drives, test_drives, True),
+        'dart_20hz': ([subsample(d, 5) for d in train_drives],
+                      [subsample(d, 5) for d in test_drives], False),
+        'small_68s': ([first_seconds(max(train_drives, key=len), SMALL_S)], test_drives, True),
+        'small_3x15s': ([first_seconds(d, 15.0) for d in train_drives[:3]], test_drives, True),
+    }
+    out = {}
+    for name, (train_part, test_part, fixed) in cases.items():
+        train_bags = write_bags(train_part, folder / name / 'train')
+        test_bags = write_bags(test_part, folder / name / 'test')
+        train, test = car_data('bag', 0.05, paths=train_bags, test_paths=test_bags,
+                               options=options)
+        out[name] = train_both(train, test, fixed)
+    bicycle = out['dart_100hz'].pop('model')
+    save_car_model(ROOT / 'config' / 'models' / 'car_bicycle_dart.pt', bicycle,
+                   {'source': 'dart (bench.car_data, converged)',
+                    'test_metrics': out['dart_100hz']['car_bicycle_converged']})
+    for case in out.values():
+        case.pop('model', None)
+    return out
+
+
+def main() -> None:
+    """Run the parts, write bench/results/car_data.json."""
+    torch.set_num_threads(1)
+    datasets.require_full_data('the car data benchmark')
+    files = datasets.rc_car_files()
+    train_drives = [datasets.load_rc_car(f) for f in files if f.name not in DART_TEST_FILES]
+    test_drives = [datasets.load_rc_car(f) for f in files if f.name in DART_TEST_FILES]
+    result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        bags = write_bags(train_drives + test_drives, folder / 'all')
+        result['estimator'] = estimator_results(bags)
+        if sys.argv[1:2] != ['estimator']:
+            result['training'] = training_results(folder, train_drives, test_drives)
+    result['threads'] = 1
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2, default=float))
+    print(json.dumps(result, indent=2, default=float))
+
+
+if __name__ == '__main__':
+    main()
