@@ -131,8 +131,9 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     Fit normalisation on `train`, then train with Adam until validation stops improving.
 
     The best weights (by validation loss; by training loss without `val`) are restored at the
-    end. Forward models see the same observation-drop share in training and validation (a
-    fixed validation mask), so validation measures what training optimises.
+    end; a model with `calibrate_variance` then sets its error variance on `val`. Forward
+    models see the same observation-drop share in training and validation (a fixed validation
+    mask), so validation measures what training optimises.
     """
     start = time.perf_counter()
     torch.manual_seed(config.seed)
@@ -189,4 +190,7 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     bar.close()
     model.load_state_dict(best_state)
     model.eval()
+    calibrate = getattr(model, 'calibrate_variance', None)
+    if calibrate is not None and val is not None:
+        calibrate(val)   # the error variance on held-out windows, with the best weights
     return TrainResult(best_loss, epoch + 1, time.perf_counter() - start, history)

@@ -11,7 +11,8 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 from robot_dynamics_learning.models.base import Prediction, SequenceBatch, StepOutput
 from robot_dynamics_learning.models.common import (check_batch, check_step_input,
-                                                   InverseModel, ModelConfig, Normalizer)
+                                                   InverseModel, ModelConfig, Normalizer,
+                                                   support_of, SupportedVariance)
 import torch
 from torch import nn
 
@@ -104,12 +105,13 @@ class NumpyLSTMStepper:
         return (weight @ x + bias) * std + mean, new
 
 
-class LSTMInverseDynamics(InverseModel):
+class LSTMInverseDynamics(SupportedVariance, InverseModel):
     """
     Inverse dynamics tau_t = f(x_1..x_t) with an LSTM.
 
     observations (B, T, n_obs): raw [q, qd, qdd] (n_obs = 3 d); targets (B, T, d): tau in N m.
-    actions are ignored (any width): the LSTM does not see the previous torque.
+    actions are ignored (any width): the LSTM does not see the previous torque. The variance
+    is the validation error inside the training range, rising outside it (`InputSupport`).
     """
 
     config_class = LSTMConfig
@@ -118,6 +120,12 @@ class LSTMInverseDynamics(InverseModel):
         super().__init__(config, n_obs, n_act, n_target)
         self.lstm = nn.LSTM(n_obs, config.hidden_size, config.num_layers, batch_first=True)
         self.head = nn.Linear(config.hidden_size, n_target)
+        self.support = support_of(n_obs, n_target)
+
+    def fit_normalization(self, batch: SequenceBatch) -> None:
+        """Fit input and torque statistics and the training input range."""
+        super().fit_normalization(batch)
+        self.fit_support(batch)
 
     def init_state(self, batch_size: int) -> LSTMState:
         """Return zero (h, c) for `batch_size` streams."""
@@ -135,7 +143,8 @@ class LSTMInverseDynamics(InverseModel):
             x, h, c = lstm_step(self.lstm, self.input_norm.normalize(observation), state)
             tau = self.target_norm.denormalize(
                 torch.addmm(self.head.bias, x, self.head.weight.t()))
-        return StepOutput(tau, None, LSTMState(h, c))
+            variance = self._variance(observation)
+        return StepOutput(tau, variance, LSTMState(h, c))
 
     def numpy_stepper(self) -> NumpyLSTMStepper:
         """Return the numpy twin of `step` for one stream (the node's per-message path)."""
@@ -144,7 +153,11 @@ class LSTMInverseDynamics(InverseModel):
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau for every step of the windows, starting from a zero state."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
-        return Prediction(self.target_norm.denormalize(self._normalized(batch)), None)
+        return Prediction(self.target_norm.denormalize(self._normalized(batch)),
+                          self._variance(batch.observations))
+
+    def _normalized_prediction(self, batch: SequenceBatch) -> torch.Tensor:
+        return self._normalized(batch)
 
     def _normalized(self, batch: SequenceBatch) -> torch.Tensor:
         out, _ = self.lstm(self.input_norm.normalize(batch.observations))
