@@ -107,3 +107,16 @@ def first_samples(trajectories: Sequence[Trajectory], n: int) -> List[Trajectory
             out.append(trajectory.segment(0, rows))
         left -= rows - 1
     return out
+
+
+def downsample(trajectories: Sequence[Trajectory], every: int) -> List[Trajectory]:
+    """Keep every `every`-th sample (e.g. 1 kHz -> 100 Hz: a controller's period)."""
+    if every < 1:
+        raise ValueError(f'every must be >= 1, got {every}')
+    out = []
+    for t in trajectories:
+        arrays = {name: None if getattr(t, name) is None else getattr(t, name)[::every]
+                  for name in Trajectory.ARRAY_FIELDS}
+        out.append(Trajectory(time=t.time[::every], joint_names=list(t.joint_names),
+                              units=dict(t.units), source=f'{t.source}[::{every}]', **arrays))
+    return out
