@@ -66,7 +66,8 @@ def _inverse_rows(models: dict) -> List[str]:
         if 'own_feedback' in runs[0]:
             own = [r['own_feedback'] for r in runs]
             lines.append(f'| {name}, own outputs fed back (segments of '
-                         f'{runs[0]["own_feedback_steps"]} steps) | {_fmt(**_stats([o["mean_nmse"] for o in own]))} | '
+                         f'{runs[0]["own_feedback_steps"]} steps) | '
+                         f'{_fmt(**_stats([o["mean_nmse"] for o in own]))} | '
                          f'{_fmt(**_stats([o["mean_change_nmse"] for o in own]), digits=3)} | '
                          + ' | '.join(['-'] * 3) + ' | '
                          + ' | '.join(_fmt(m, s, 3) for m, s in zip(
