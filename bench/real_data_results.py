@@ -232,7 +232,7 @@ def kinova_cell(cell: Cell, quick: bool) -> dict:
     model, result = _fit_inverse(spec, train, cell['seed'], quick)
     report = inverse_report(model, train, test, KINOVA_SCORED)
     out = {**report['model'], 'seconds': result.seconds, 'epochs': result.epochs,
-           'coverage_warnings': report['coverage_warnings']}
+           'coverage_warnings': report['coverage_warnings'], 'increment': report['increment']}
     if spec[0] == 'ac_rkn_inverse':
         steps = int(round(OWN_FEEDBACK_S / (datasets.KINOVA_DT * decimation)))
         fed_back = own_feedback(model, test, steps)

@@ -4,6 +4,7 @@ from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import inverse_dynamics_windows
 from robot_dynamics_learning.learning.metrics import calibration
 from robot_dynamics_learning.learning.training import train_model, TrainConfig
+from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.common import InputSupport
 from robot_dynamics_learning.models.registry import build_model
 import torch
@@ -82,7 +83,6 @@ def test_hybrid_returns_to_its_prior_far_from_the_training_data():
     rng = np.random.default_rng(0)
     x = torch.as_tensor(rng.uniform(-1, 1, (4, 20, 6)), dtype=torch.float32)
     batch_targets = torch.as_tensor(rng.normal(size=(4, 20, 2)), dtype=torch.float32)
-    from robot_dynamics_learning.models.base import SequenceBatch
     batch = SequenceBatch(x, torch.zeros(4, 20, 2), batch_targets)
     model.fit_normalization(batch)
     model.calibrate_variance(batch)

@@ -22,15 +22,20 @@ def predict_inverse(model: DynamicsModel, test: Sequence[Trajectory]) -> Dict[st
     """
     Predict whole test recordings from a zero state.
 
-    Returns 'prediction', 'variance' (or None), 'target', 'previous' (measured tau(t-1)) and
-    'inputs' ([q, qd, qdd]), each (N, .) over the recordings in order.
+    Returns 'prediction', 'variance' (or None), 'target', 'previous' (measured tau(t-1)),
+    'inputs' ([q, qd, qdd]) and 'increment' (tau(t-1) plus the model's own predicted change
+    prediction(t) - prediction(t-1): any absolute model turned into one fed tau(t-1)), each
+    (N, .) over the recordings in order.
     """
-    keys = ('prediction', 'variance', 'target', 'previous', 'inputs')
+    keys = ('prediction', 'variance', 'target', 'previous', 'inputs', 'increment')
     out: Dict[str, List[np.ndarray]] = {k: [] for k in keys}
     for trajectory in test:
         arrays = inverse_dynamics_arrays(trajectory)
         mean, variance = predict_with_variance(model, whole_sequence(arrays))
-        out['prediction'].append(mean[0].double().numpy())
+        prediction = mean[0].double().numpy()
+        out['prediction'].append(prediction)
+        change = np.diff(prediction, axis=0, prepend=prediction[:1])
+        out['increment'].append(arrays[1] + change)
         out['variance'].append(None if variance is None else variance[0].double().numpy())
         out['inputs'].append(arrays[0])
         out['previous'].append(arrays[1])
@@ -71,8 +76,12 @@ def inverse_report(model: DynamicsModel, train: Sequence[Trajectory],
     coverage = range_coverage(train_inputs, predicted['inputs'])
     names = inverse_input_names(test[0].joint_names or
                                 [f'joint_{i + 1}' for i in range(test[0].q.shape[1])])
+    increment = score_inverse(dict(predicted, prediction=predicted['increment'], variance=None),
+                              scored)
     return {'model': score_inverse(predicted, scored),
             'previous_value': score_inverse(baseline, scored),
+            'increment': {k: increment[k] for k in ('mean_nmse', 'mean_change_nmse',
+                                                    'change_nmse')},
             'outside_training_range': dict(zip(names, coverage['outside'].tolist())),
             'coverage_warnings': coverage_warnings(coverage, names),
             'test_samples': int(predicted['target'].shape[0])}
