@@ -160,7 +160,9 @@ def _control_claims(control: dict) -> List[str]:
         ours = np.mean([r['mean_change_nmse'] for r in runs])
         base = np.mean([r['mean_change_nmse'] for r in models['previous value']['runs']])
         own = np.mean([r['own_feedback']['mean_nmse'] for r in runs])
-        lines.append(f'- Kinova at {CONTROL_DECIMATION} ms, {split}: ac-RKN inverse / previous '
+        where = 'Schunk at 4 ms' if split == 'schunk' else \
+            f'Kinova at {CONTROL_DECIMATION} ms, {split}'
+        lines.append(f'- {where}: ac-RKN inverse / previous '
                      f'value on the change = {ours / base:.2f} (target <= 0.7: '
                      + ('met' if ours <= 0.7 * base else 'NOT met')
                      + f'); fed its own outputs over 1 s: nMSE {own:.3f} ('
@@ -238,10 +240,11 @@ def markdown(results: dict) -> str:
             lines += [f'### Split: {split}', ''] + _inverse_table(models) + [''] \
                 + _coverage(models)
     if 'control' in parts:
-        lines += [f'## 2. Kinova at a {CONTROL_DECIMATION} ms control period', '',
-                  f'The same recordings with every {CONTROL_DECIMATION}th sample (derivatives '
-                  'taken at 1 kHz first): at 1 ms the torque change is mostly sensor noise, '
-                  'which no model predicts (see the 1 kHz tables). Own outputs fed back: '
+        lines += ['## 2. Models fed tau(t-1) at the period of a controller', '',
+                  f'Kinova: the same recordings with every {CONTROL_DECIMATION}th sample '
+                  '(derivatives taken at 1 kHz first), so 10 ms steps: at 1 ms the torque change '
+                  'is mostly sensor noise (see the 1 kHz tables). Schunk: `split_schunk` at its '
+                  '250 Hz (4 ms), all 6 joints. Own outputs fed back: '
                   'test recordings cut into 1 s segments (or the whole block where shorter), '
                   'the measured tau(t-1) given only at the first step of each.', '']
         for split, models in parts['control'].items():

@@ -138,6 +138,12 @@ def kinova_splits(decimation: int = 1) -> Dict[str, Tuple[List[Trajectory], List
 
 
 @functools.lru_cache(maxsize=None)
+def schunk_inverse() -> Tuple[List[Trajectory], List[Trajectory]]:
+    """(train, test) Schunk runs of `split_schunk` as inverse-dynamics data (250 Hz)."""
+    return datasets.split_schunk(datasets.load_schunk())
+
+
+@functools.lru_cache(maxsize=None)
 def curve_data(robot: str) -> Tuple[List[Trajectory], List[Trajectory], List[int]]:
     """(training stream, test, sizes) of a sample-size curve."""
     if robot == 'kinova':
@@ -146,7 +152,7 @@ def curve_data(robot: str) -> Tuple[List[Trajectory], List[Trajectory], List[int
         stream = train + [datasets.load_kinova(folder / name)
                           for name in ('joint_2_trapez.csv', 'joint_4_trapez.csv')]
         return stream, test, list(KINOVA_CURVE_SIZES)
-    train, test = datasets.split_schunk(datasets.load_schunk())
+    train, test = schunk_inverse()
     blocks = cut_blocks(train, SCHUNK_BLOCK, min_rows=WINDOW + 2)
     order = np.random.default_rng(0).permutation(len(blocks))
     every = sum(len(b) - 1 for b in blocks)
@@ -225,20 +231,36 @@ def own_feedback(model, test: Sequence[Trajectory], steps: int) -> Dict[str, np.
 
 
 def kinova_cell(cell: Cell, quick: bool) -> dict:
-    """Train one Kinova model on one split (1 kHz, or the control period) and score it."""
-    decimation = CONTROL_DECIMATION if cell['part'] == 'control' else 1
-    train, test = kinova_splits(decimation)[cell['group']]
+    """
+    Train one inverse model on one split and score it.
+
+    Kinova at 1 kHz (part 'kinova') or at the control period ('control'), or the Schunk arm at
+    its 250 Hz (group 'schunk' of 'control', all 6 joints scored).
+    """
+    if cell['group'] == 'schunk':
+        (train, test), period, scored = schunk_inverse(), train_period(schunk_inverse()), None
+    else:
+        decimation = CONTROL_DECIMATION if cell['part'] == 'control' else 1
+        train, test = kinova_splits(decimation)[cell['group']]
+        period, scored = datasets.KINOVA_DT * decimation, KINOVA_SCORED
+    if quick:
+        test = test[:4]
     spec = KINOVA_MODELS[cell['model']]
     model, result = _fit_inverse(spec, train, cell['seed'], quick)
-    report = inverse_report(model, train, test, KINOVA_SCORED)
+    report = inverse_report(model, train, test, scored)
     out = {**report['model'], 'seconds': result.seconds, 'epochs': result.epochs,
            'coverage_warnings': report['coverage_warnings'], 'increment': report['increment']}
     if spec[0] == 'ac_rkn_inverse':
-        steps = int(round(OWN_FEEDBACK_S / (datasets.KINOVA_DT * decimation)))
+        steps = int(round(OWN_FEEDBACK_S / period))
         fed_back = own_feedback(model, test, steps)
-        out['own_feedback'] = score_inverse(fed_back, KINOVA_SCORED)
+        out['own_feedback'] = score_inverse(fed_back, scored)
         out['own_feedback_steps'] = fed_back['steps']
     return out
+
+
+def train_period(split: Tuple[List[Trajectory], List[Trajectory]]) -> float:
+    """Median sample period of a split's first training recording, in seconds."""
+    return split[0][0].dt
 
 
 def curve_cell(cell: Cell, quick: bool) -> dict:
@@ -290,7 +312,7 @@ def cells(parts: Sequence[str], quick: bool) -> List[Cell]:
         out += [{'part': 'kinova', 'group': split, 'model': name, 'seed': seed}
                 for split in splits for name in KINOVA_MODELS for seed in seeds]
     if 'control' in parts:
-        splits = ('blocks',) if quick else ('validation files', 'blocks')
+        splits = ('blocks', 'schunk') if quick else ('validation files', 'blocks', 'schunk')
         out += [{'part': 'control', 'group': split, 'model': name, 'seed': seed}
                 for split in splits for name in CONTROL_MODELS for seed in seeds]
     for part, robot in (('curve', 'kinova'), ('schunk_curve', 'schunk')):

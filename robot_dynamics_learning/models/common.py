@@ -273,7 +273,14 @@ class SupportedVariance:
 
     def fit_support(self, batch: SequenceBatch) -> None:
         """Record the training input range (normalised)."""
-        self.support.fit_range(self.input_norm.normalize(batch.observations))
+        self.support.fit_range(self._support_inputs(batch.observations))
+
+    def _model_inputs(self, observations: torch.Tensor) -> torch.Tensor:
+        """Return the features the network reads (raw units); the observations by default."""
+        return observations
+
+    def _support_inputs(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.input_norm.normalize(self._model_inputs(observations))
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
         """Set the in-range error variance to the validation MSE per output (normalised)."""
@@ -283,13 +290,13 @@ class SupportedVariance:
 
     def _variance(self, observations: torch.Tensor) -> torch.Tensor:
         """Return the variance (..., d) in N m^2 for raw inputs (..., n_obs)."""
-        normalized = self.support.variance(self.input_norm.normalize(observations))
+        normalized = self.support.variance(self._support_inputs(observations))
         return self.target_norm.denormalize_variance(normalized)
 
     def _normalized_prediction(self, batch: SequenceBatch) -> torch.Tensor:
         raise NotImplementedError
 
 
-def support_of(n_obs: int, n_target: int) -> InputSupport:
-    """Watch q and qd of an inverse model's x = [q, qd, qdd] (qdd is mostly noise-wide)."""
-    return InputSupport(n_obs, n_target, range(2 * n_obs // 3), SUPPORT_LENGTH)
+def support_of(n_inputs: int, n_target: int) -> InputSupport:
+    """Watch every input but the last d (qdd: its range is mostly noise) of an inverse model."""
+    return InputSupport(n_inputs, n_target, range(n_inputs - n_target), SUPPORT_LENGTH)

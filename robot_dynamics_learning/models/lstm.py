@@ -19,10 +19,16 @@ from torch import nn
 
 @dataclasses.dataclass(frozen=True)
 class LSTMConfig(ModelConfig):
-    """hidden_size: LSTM units per layer (seed 001 searched 2..20); num_layers: 1 or 2."""
+    """
+    hidden_size: LSTM units per layer (seed 001 searched 2..20); num_layers: 1 or 2.
+
+    angle_features: read [sin q, cos q, qd, qdd] instead of [q, qd, qdd] (gravity and
+    Coriolis terms are trigonometric in q); the per-message numpy stepper is then not used.
+    """
 
     hidden_size: int = 32
     num_layers: int = 1
+    angle_features: bool = False
 
     def __post_init__(self) -> None:
         """Validate: positive sizes, at most two layers (more did not help in seed 001)."""
@@ -118,13 +124,22 @@ class LSTMInverseDynamics(SupportedVariance, InverseModel):
 
     def __init__(self, config: LSTMConfig, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__(config, n_obs, n_act, n_target)
-        self.lstm = nn.LSTM(n_obs, config.hidden_size, config.num_layers, batch_first=True)
+        width = n_obs + n_obs // 3 if config.angle_features else n_obs
+        self.input_norm = Normalizer(width)
+        self.lstm = nn.LSTM(width, config.hidden_size, config.num_layers, batch_first=True)
         self.head = nn.Linear(config.hidden_size, n_target)
-        self.support = support_of(n_obs, n_target)
+        self.support = support_of(width, n_target)
+
+    def _model_inputs(self, observations: torch.Tensor) -> torch.Tensor:
+        if not self.config.angle_features:
+            return observations
+        q, rest = observations[..., :self.n_obs // 3], observations[..., self.n_obs // 3:]
+        return torch.cat([torch.sin(q), torch.cos(q), rest], dim=-1)
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
-        """Fit input and torque statistics and the training input range."""
-        super().fit_normalization(batch)
+        """Fit input (features) and torque statistics and the training input range."""
+        self.input_norm.fit(self._model_inputs(batch.observations))
+        self.target_norm.fit(batch.targets)
         self.fit_support(batch)
 
     def init_state(self, batch_size: int) -> LSTMState:
@@ -140,14 +155,16 @@ class LSTMInverseDynamics(SupportedVariance, InverseModel):
         if state is None:
             state = self.init_state(observation.shape[0])
         with torch.inference_mode():
-            x, h, c = lstm_step(self.lstm, self.input_norm.normalize(observation), state)
+            x, h, c = lstm_step(self.lstm, self._support_inputs(observation), state)
             tau = self.target_norm.denormalize(
                 torch.addmm(self.head.bias, x, self.head.weight.t()))
             variance = self._variance(observation)
         return StepOutput(tau, variance, LSTMState(h, c))
 
-    def numpy_stepper(self) -> NumpyLSTMStepper:
-        """Return the numpy twin of `step` for one stream (the node's per-message path)."""
+    def numpy_stepper(self) -> Optional[NumpyLSTMStepper]:
+        """Return the numpy twin of `step` for one stream (None with angle features)."""
+        if self.config.angle_features:
+            return None
         return NumpyLSTMStepper(self.lstm, self.head, self.input_norm, self.target_norm)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
@@ -160,7 +177,7 @@ class LSTMInverseDynamics(SupportedVariance, InverseModel):
         return self._normalized(batch)
 
     def _normalized(self, batch: SequenceBatch) -> torch.Tensor:
-        out, _ = self.lstm(self.input_norm.normalize(batch.observations))
+        out, _ = self.lstm(self._support_inputs(batch.observations))
         return self.head(out)
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
