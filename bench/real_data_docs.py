@@ -231,8 +231,7 @@ def markdown(results: dict) -> str:
                   'recordings are predicted whole from a zero state. ac-RKN inverse and the '
                   'previous value see the measured tau(t-1). Splits: **validation files** '
                   '(train on RunTrajectory1 + RecordTrajectory_quadratic, test on '
-                  'opti_traj_testing1/2: outside the training ranges), **mixed** (plus the '
-                  'first 70 % of each validation file; the last 30 % test), **blocks** (all '
+                  'opti_traj_testing1/2: outside the training ranges), **blocks** (all '
                   f'four files in blocks of {BLOCK} samples, every fourth tests: inside the '
                   'ranges). The hybrid is the URDF model plus an LSTM residual scaled by its '
                   'trust (1 inside the training ranges, falling outside).', '']
