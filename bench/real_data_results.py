@@ -57,6 +57,7 @@ BLOCK = 500  # samples per block of the 'blocks' split
 GP_MAX_SAMPLES = 3000  # exact GP up to here (O(N^3)); the tables' GP subsamples to 3000
 CONTROL_DECIMATION = 10  # 1 kHz -> 100 Hz: the period of a typical torque controller's model
 OWN_FEEDBACK_S = 1.0  # ac-RKN fed its own outputs over windows of this length
+VAL_EVERY = 5  # with many training recordings, every 5th validates (early stopping, variance)
 
 KINOVA_URDF = 'urdf/kinova_gen3.urdf'
 IDENTIFIED = {'urdf': KINOVA_URDF, 'learn_inertia': True, 'learn_damping': True,
@@ -193,6 +194,13 @@ def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quic
         train, val = inverse_dynamics_windows(train_trajs, 1), None
         config = {**config, 'seed': seed,
                   **({'hyper_iterations': 5, 'max_train': 500} if quick else {})}
+    elif len(train_trajs) >= 2 * VAL_EVERY:
+        # Many recordings (blocks, runs): every VAL_EVERY-th validates, whole, so validation
+        # windows neither overlap training windows nor come from one motion at the end.
+        fit = [t for i, t in enumerate(train_trajs) if i % VAL_EVERY != VAL_EVERY - 1]
+        held = [t for i, t in enumerate(train_trajs) if i % VAL_EVERY == VAL_EVERY - 1]
+        train = inverse_dynamics_windows(fit, WINDOW, KINOVA_STRIDE)
+        val = inverse_dynamics_windows(held, WINDOW, KINOVA_STRIDE)
     else:
         windows = inverse_dynamics_windows(train_trajs, WINDOW, KINOVA_STRIDE)
         train, val = split_windows(windows, 0.2)
