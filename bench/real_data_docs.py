@@ -18,9 +18,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 FORWARD_DIGITS = {'pneumatic': 4, 'schunk': 6}
-# Models fed the measured tau(t-1): judged on the change (the others' change nMSE is
-# dominated by their absolute error and says nothing more).
-SEES_PREVIOUS = ('ac-RKN inverse', 'previous value')
 COMMAND = ('python -m bench.real_data_results --jobs 16 && python -m bench.real_data_docs')
 
 
@@ -52,7 +49,7 @@ def _inverse_rows(models: dict) -> List[str]:
         runs = entry['runs']
         cells = [_fmt(**_stats([r['mean_nmse'] for r in runs])),
                  _fmt(**_stats([r['mean_change_nmse'] for r in runs]), digits=3)
-                 if name in SEES_PREVIOUS else '-']
+                 if runs[0].get('sees_previous_torque') else '-']   # else: absolute error
         calibrated = [r['calibration'] for r in runs if 'calibration' in r]
         cells += ([f'{100 * np.mean([c[k] for c in calibrated]):.0f} %'
                    for k in ('within_1_std', 'within_2_std')]

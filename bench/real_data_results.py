@@ -260,7 +260,8 @@ def kinova_cell(cell: Cell, quick: bool) -> dict:
     model, result = _fit_inverse(spec, train, cell['seed'], quick)
     report = inverse_report(model, train, test, scored)
     out = {**report['model'], 'seconds': result.seconds, 'epochs': result.epochs,
-           'coverage_warnings': report['coverage_warnings'], 'increment': report['increment']}
+           'coverage_warnings': report['coverage_warnings'], 'increment': report['increment'],
+           'sees_previous_torque': report['sees_previous_torque']}
     if spec[0] == 'ac_rkn_inverse':
         steps = int(round(OWN_FEEDBACK_S / period))
         fed_back = own_feedback(model, test, steps)

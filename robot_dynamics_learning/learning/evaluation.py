@@ -84,6 +84,7 @@ def inverse_report(model: DynamicsModel, train: Sequence[Trajectory],
                                                     'change_nmse')},
             'outside_training_range': dict(zip(names, coverage['outside'].tolist())),
             'coverage_warnings': coverage_warnings(coverage, names),
+            'sees_previous_torque': bool(getattr(model, 'sees_previous_torque', False)),
             'test_samples': int(predicted['target'].shape[0])}
 
 
@@ -91,9 +92,10 @@ def format_report(report: Dict[str, Any]) -> str:
     """Return a few human lines of an `inverse_report`."""
     model, baseline = report['model'], report['previous_value']
     lines = [f'test samples {report["test_samples"]}: nMSE {model["mean_nmse"]:.4f} (previous '
-             f'value {baseline["mean_nmse"]:.4f}); nMSE of the change tau(t) - tau(t-1) '
-             f'{model["mean_change_nmse"]:.3f} (previous value '
-             f'{baseline["mean_change_nmse"]:.3f})']
+             f'value {baseline["mean_nmse"]:.4f})']
+    if report['sees_previous_torque']:   # fed tau(t-1): only skill on the change counts
+        lines.append(f'nMSE of the change tau(t) - tau(t-1): {model["mean_change_nmse"]:.3f} '
+                     f'(previous value {baseline["mean_change_nmse"]:.3f}; below it is skill)')
     if 'calibration' in model:
         cal = model['calibration']
         lines.append(f'calibration: {100 * cal["within_1_std"]:.1f} % within 1 std (68.3 '
