@@ -32,8 +32,12 @@ def _fmt(mean: float, std: float, digits: int = 4) -> str:
 
 def aggregate(cells: List[dict]) -> dict:
     """Group raw cells by part, group, model (and size), keeping every seed's numbers."""
+    def order(cell: dict) -> tuple:
+        names = list(FORWARD_MODELS if cell['part'] in ('pneumatic', 'schunk') else KINOVA_MODELS)
+        return names.index(cell['model']) if cell['model'] in names else 0, cell['seed']
+
     out: Dict[str, dict] = {}
-    for cell in sorted(cells, key=lambda c: c['seed']):
+    for cell in sorted(cells, key=order):
         group = out.setdefault(cell['part'], {}).setdefault(cell['group'], {})
         model = group.setdefault(cell['model'], {})
         if 'size' in cell:
@@ -168,6 +172,24 @@ def _control_claims(control: dict) -> List[str]:
     return lines
 
 
+def _uncertainty_claims(kinova: dict) -> List[str]:
+    """Mean predicted std inside (blocks) and outside (validation files) the training ranges."""
+    if not {'blocks', 'validation files'} <= set(kinova):
+        return []
+    lines = []
+    for name, entry in kinova['blocks'].items():
+        outside = kinova['validation files'].get(name)
+        if 'calibration' not in entry['runs'][0] or outside is None:
+            continue
+        inside_std = np.mean([r['calibration']['mean_std'] for r in entry['runs']])
+        outside_std = np.mean([r['calibration']['mean_std'] for r in outside['runs']])
+        lines.append(f'- Kinova {name}: mean predicted std {inside_std:.2f} N m inside the '
+                     f'training ranges (blocks), {outside_std:.2f} N m on the validation files '
+                     'outside them: ' + ('rises' if outside_std > inside_std else 'does NOT rise')
+                     + '.')
+    return lines
+
+
 def _hybrid_claims(kinova: dict) -> List[str]:
     lines = []
     hybrid = next((n for n in KINOVA_MODELS if n.startswith('hybrid')), None)
@@ -273,6 +295,7 @@ def markdown(results: dict) -> str:
         if part in parts:
             claims += _curve_claims(robot, next(iter(parts[part].values())))
     claims += _hybrid_claims(parts.get('kinova', {})) + _control_claims(parts.get('control', {}))
+    claims += _uncertainty_claims(parts.get('kinova', {}))
     lines += ['## Claims checked', ''] + claims + [''] + _speed_section()
     return '\n'.join(lines)
 

@@ -49,13 +49,14 @@ def calibration(prediction: np.ndarray, variance: np.ndarray,
     Pooled calibration of Gaussian predictions: share within 1 and 2 std, mean NLL.
 
     A calibrated model has about 0.683 within 1 std and 0.954 within 2. The NLL is per output
-    and sample, in the target's units (nats); variances are floored at 1e-12.
+    and sample, in the target's units (nats); variances are floored at 1e-12. 'mean_std' is
+    the average predicted std (it should rise where the test leaves the training data).
     """
     error, var = _flat(target) - _flat(prediction), np.maximum(_flat(variance), 1e-12)
     z = np.abs(error) / np.sqrt(var)
     nll = 0.5 * (np.log(2 * math.pi * var) + error ** 2 / var)
     return {'within_1_std': float(np.mean(z <= 1.0)), 'within_2_std': float(np.mean(z <= 2.0)),
-            'nll': float(np.mean(nll))}
+            'nll': float(np.mean(nll)), 'mean_std': float(np.mean(np.sqrt(var)))}
 
 
 def range_coverage(train_inputs: np.ndarray, test_inputs: np.ndarray,
