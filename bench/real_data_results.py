@@ -383,7 +383,7 @@ def main(argv=None) -> None:
     done = run(cells(parts, args.quick), args.jobs, args.quick)
     old = json.loads(path.read_text()) if path.is_file() else {'cells': []}
     fresh = {_key(c) for c in done}
-    kept = [c for c in old['cells'] if _key(c) not in fresh and c['part'] not in parts]
+    kept = [c for c in old.get('cells', []) if _key(c) not in fresh and c['part'] not in parts]
     results = {'machine': f'{platform.machine()} ({platform.processor() or "cpu"})',
                'torch': torch.__version__, 'jobs': args.jobs, 'quick': args.quick,
                'wall_s': time.perf_counter() - start,
