@@ -203,6 +203,7 @@ def rmse(error: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tens
 # nMSE 0.415 against its URDF prior's 0.337; 0.3 gave 0.340 (and 67 % / 98 % of the errors
 # within 1 / 2 std); 0.1 gave the prior exactly.
 SUPPORT_LENGTH = 0.3
+UNBOUNDED = 1e9   # normalised units: the range of an unfitted `InputSupport`
 
 
 class InputSupport(nn.Module):
@@ -222,8 +223,9 @@ class InputSupport(nn.Module):
         super().__init__()
         self.watched = list(watched)
         self.length = float(length)
-        self.register_buffer('low', torch.full((n_in,), -math.inf))
-        self.register_buffer('high', torch.full((n_in,), math.inf))
+        # Unfitted: a range no input leaves (finite: checkpoints refuse inf).
+        self.register_buffer('low', torch.full((n_in,), -UNBOUNDED))
+        self.register_buffer('high', torch.full((n_in,), UNBOUNDED))
         self.register_buffer('near_var', torch.ones(n_out))
         self.register_buffer('far_var', torch.ones(n_out))
 
@@ -251,7 +253,6 @@ class InputSupport(nn.Module):
         x = normalized_inputs[..., self.watched]
         low, high = self.low[self.watched], self.high[self.watched]
         excess = torch.clamp(low - x, min=0.0) + torch.clamp(x - high, min=0.0)
-        excess = torch.nan_to_num(excess, nan=0.0, posinf=0.0)   # before fit_range: no limit
         distance2 = excess.pow(2).mean(dim=-1)
         return torch.exp(-0.5 * distance2 / self.length ** 2)
 
