@@ -11,8 +11,8 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 from robot_dynamics_learning.models.base import Prediction, SequenceBatch, StepOutput
 from robot_dynamics_learning.models.common import (check_batch, check_step_input,
-                                                   InverseModel, ModelConfig, Normalizer,
-                                                   support_of, SupportedVariance)
+                                                   InputSupport, InverseModel, ModelConfig,
+                                                   Normalizer, support_of, SupportedVariance)
 import torch
 from torch import nn
 
@@ -76,11 +76,13 @@ class NumpyLSTMStepper:
     matrix-vector products do the same float32 math (gate order i, f, g, o, as
     `torch.lstm_cell`; checked against `step` in the tests) in about a fifth of the time.
     The weights are copied at construction: build a new stepper for new weights.
-    state: (2, num_layers, hidden) float32, h then c, for one stream.
+    state: (2, num_layers, hidden) float32, h then c, for one stream. With an `InputSupport`,
+    `variance` gives the model's variance for an input (what `step` of the torch model returns;
+    for the streaming predictor to publish ~/predicted_torques_std on this fast path).
     """
 
     def __init__(self, lstm: nn.LSTM, head: nn.Linear, input_norm: Normalizer,
-                 output_norm: Normalizer) -> None:
+                 output_norm: Normalizer, support: Optional[InputSupport] = None) -> None:
         self._layers = [(_numpy(getattr(lstm, f'weight_ih_l{k}')),
                          _numpy(getattr(lstm, f'weight_hh_l{k}')),
                          _numpy(getattr(lstm, f'bias_ih_l{k}') + getattr(lstm, f'bias_hh_l{k}')))
@@ -89,6 +91,20 @@ class NumpyLSTMStepper:
         self._head = (_numpy(head.weight), _numpy(head.bias))
         self._input = (_numpy(input_norm.mean), _numpy(input_norm.std))
         self._output = (_numpy(output_norm.mean), _numpy(output_norm.std))
+        self._support = None if support is None else (
+            support.watched, _numpy(support.low), _numpy(support.high),
+            _numpy(support.near_var), _numpy(support.far_var), support.length)
+
+    def variance(self, observation: np.ndarray) -> Optional[np.ndarray]:
+        """Return the expected squared error (n_out,) for one input (n_in,); None: no support."""
+        if self._support is None:
+            return None
+        watched, low, high, near, far, length = self._support
+        mean, std = self._input
+        x = ((np.asarray(observation, np.float32) - mean) / std)[watched]
+        excess = np.maximum(low[watched] - x, 0.0) + np.maximum(x - high[watched], 0.0)
+        weight = np.exp(-0.5 * np.mean(excess ** 2) / length ** 2)
+        return ((weight * near + (1.0 - weight) * far) * self._output[1] ** 2).astype(np.float64)
 
     def state_from(self, state: 'LSTMState') -> np.ndarray:
         """Convert a batch-1 `LSTMState` of the torch model."""
@@ -165,7 +181,8 @@ class LSTMInverseDynamics(SupportedVariance, InverseModel):
         """Return the numpy twin of `step` for one stream (None with angle features)."""
         if self.config.angle_features:
             return None
-        return NumpyLSTMStepper(self.lstm, self.head, self.input_norm, self.target_norm)
+        return NumpyLSTMStepper(self.lstm, self.head, self.input_norm, self.target_norm,
+                                self.support)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau for every step of the windows, starting from a zero state."""
