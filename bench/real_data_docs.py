@@ -170,7 +170,8 @@ def _control_claims(control: dict) -> List[str]:
         lines.append(f'- {where}: {name} / previous '
                      f'value on the change = {ours / base:.2f} (target <= 0.7: '
                      + ('met' if ours <= 0.7 * base else 'NOT met')
-                     + f'); fed its own outputs over 1 s: nMSE {own:.3f} ('
+                     + f'); fed its own outputs over segments of {runs[0]["own_feedback_steps"]} '
+                     f'steps: nMSE {own:.3f} ('
                      + ('diverges' if not np.isfinite(own) or own > DIVERGED else
                         'bounded, but worse than the mean' if own > 1.0 else 'does not diverge')
                      + ').')

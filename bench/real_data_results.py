@@ -89,7 +89,7 @@ CONTROL_VARIANTS = {
     'ac-RKN inverse, action loss only': ('ac_rkn_inverse',
                                          {'latent_obs_dim': 15, 'forward_weight': 0.0},
                                          {'learning_rate': 3e-3, 'patience': 30,
-                                          'max_epochs': 200}),
+                                          'max_epochs': 100}),
 }
 CONTROL_MODELS = ('ac-RKN inverse', 'ac-RKN inverse, action loss only', 'previous value')
 # 'mixed' (also in `kinova_splits`) extrapolates like 'validation files': left out of the
