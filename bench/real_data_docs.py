@@ -130,12 +130,16 @@ def _curve_claims(robot: str, curve: dict) -> List[str]:
 
 def _forward_table(dataset: str, models: dict) -> List[str]:
     lines = ['| model | ' + ' | '.join(f'{k} step' for k in (1, 2, 5, 10))
-             + ' | train time [s] | epochs |', '|---|---|---|---|---|---|---|']
+             + ' | 10 step within 1 / 2 std | train time [s] | epochs |',
+             '|---|---|---|---|---|---|---|---|']
     for name, entry in models.items():
         runs = entry['runs']
         rmse = _stats([r['rmse'] for r in runs])
         cells = [_fmt(rmse['mean'][k - 1], rmse['std'][k - 1], FORWARD_DIGITS[dataset])
                  for k in (1, 2, 5, 10)]
+        calibrated = [r['calibration'] for r in runs if 'calibration' in r]
+        cells.append(' / '.join(f'{100 * np.mean([c[k] for c in calibrated]):.0f} %'
+                                for k in ('within_1_std', 'within_2_std')) if calibrated else '-')
         lines.append(f'| {name} | ' + ' | '.join(cells)
                      + f' | {np.mean([r["seconds"] for r in runs]):.1f} | '
                      + '/'.join(str(r['epochs']) for r in runs) + ' |')

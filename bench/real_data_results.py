@@ -35,7 +35,8 @@ from robot_dynamics_learning.data.windows import (forward_dynamics_windows,
                                                   inverse_dynamics_arrays,
                                                   inverse_dynamics_windows)
 from robot_dynamics_learning.learning.evaluation import inverse_report, score_inverse
-from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_step_rmse
+from robot_dynamics_learning.learning.metrics import (calibration, multi_step_batch,
+                                                      multi_step_rmse, predict_with_variance)
 from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
 from robot_dynamics_learning.models.registry import build_model
 import torch
@@ -310,8 +311,15 @@ def forward_cell(cell: Cell, quick: bool) -> dict:
     model = build_model(model_type, config, n_obs, n_act, n_obs)
     result = train_model(model, train, val, _train_config({**overrides, 'obs_drop': OBS_DROP},
                                                           cell['seed'], quick))
-    return {'rmse': multi_step_rmse(model, test, warmup, horizon, dims).tolist(),
-            'seconds': result.seconds, 'epochs': result.epochs, **counts}
+    out = {'rmse': multi_step_rmse(model, test, warmup, horizon, dims).tolist(),
+           'seconds': result.seconds, 'epochs': result.epochs, **counts}
+    mean, variance = predict_with_variance(model, test)
+    if variance is not None:   # calibration of the last (horizon-step) prediction
+        last = warmup - 2 + horizon
+        out['calibration'] = calibration(mean[:, last, dims].numpy(),
+                                         variance[:, last, dims].numpy(),
+                                         test.targets[:, last, dims].numpy())
+    return out
 
 
 def run_cell(cell: Cell, quick: bool) -> dict:
