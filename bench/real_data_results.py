@@ -198,7 +198,8 @@ def forward_data(dataset: str, quick: bool):
 
 # ---- cells ----
 
-def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quick: bool):
+def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quick: bool,
+                 stride: int = KINOVA_STRIDE):
     model_type, config, overrides = spec
     torch.manual_seed(seed)
     if quick:
@@ -213,10 +214,10 @@ def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quic
         # windows neither overlap training windows nor come from one motion at the end.
         fit = [t for i, t in enumerate(train_trajs) if i % VAL_EVERY != VAL_EVERY - 1]
         held = [t for i, t in enumerate(train_trajs) if i % VAL_EVERY == VAL_EVERY - 1]
-        train = inverse_dynamics_windows(fit, WINDOW, KINOVA_STRIDE)
-        val = inverse_dynamics_windows(held, WINDOW, KINOVA_STRIDE)
+        train = inverse_dynamics_windows(fit, WINDOW, stride)
+        val = inverse_dynamics_windows(held, WINDOW, stride)
     else:
-        windows = inverse_dynamics_windows(train_trajs, WINDOW, KINOVA_STRIDE)
+        windows = inverse_dynamics_windows(train_trajs, WINDOW, stride)
         train, val = split_windows(windows, 0.2)
     joints = train_trajs[0].q.shape[1]
     model = build_model(model_type, config, 3 * joints, joints, joints)
@@ -262,8 +263,10 @@ def kinova_cell(cell: Cell, quick: bool) -> dict:
     Kinova at 1 kHz (part 'kinova') or at the control period ('control'), or the Schunk arm at
     its 250 Hz (group 'schunk' of 'control', all 6 joints scored).
     """
+    stride = KINOVA_STRIDE
     if cell['group'] == 'schunk':
         (train, test), period, scored = schunk_inverse(), train_period(schunk_inverse()), None
+        stride = WINDOW   # 38k samples: non-overlapping windows keep the cell within minutes
     else:
         decimation = CONTROL_DECIMATION if cell['part'] == 'control' else 1
         train, test = kinova_splits(decimation)[cell['group']]
@@ -271,7 +274,7 @@ def kinova_cell(cell: Cell, quick: bool) -> dict:
     if quick:
         test = test[:4]
     spec = {**KINOVA_MODELS, **CONTROL_VARIANTS}[cell['model']]
-    model, result = _fit_inverse(spec, train, cell['seed'], quick)
+    model, result = _fit_inverse(spec, train, cell['seed'], quick, stride)
     report = inverse_report(model, train, test, scored)
     out = {**report['model'], 'seconds': result.seconds, 'epochs': result.epochs,
            'coverage_warnings': report['coverage_warnings'], 'increment': report['increment'],
