@@ -2,25 +2,29 @@
 `rdl train` and `rdl evaluate`: offline training and evaluation of any registered model.
 
 Data: a shared dataset name ('kinova', 'pneumatic', 'schunk'; fixed train/test splits, see
-`load_split`) or a rosbag2 folder (read by `data.bag_io`). The YAML config names the model
-type, its config, the training settings and the windowing, e.g. config/models/lstm.yaml.
+`load_split`), a rosbag2 folder (read by `data.bag_io`) or the user's own CSV / npz files with
+named columns (`--columns q=Position* tau=Torque[0-9]`, see `data.loading`), split by
+`--split` ('time:0.8', 'blocks:500:4', 'files:PATTERN'; `data.splits`). The YAML config names
+the model type, its config, the training settings and the windowing, e.g.
+config/models/lstm.yaml. Inverse models are scored on the test side after training, next to
+the previous-value baseline, with calibration and coverage warnings (`learning.evaluation`).
 """
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 from robot_dynamics_learning.data import datasets
+from robot_dynamics_learning.data.loading import load_trajectory, parse_columns
+from robot_dynamics_learning.data.splits import parse_split
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
                                                   forward_dynamics_windows,
                                                   inverse_dynamics_arrays,
-                                                  inverse_dynamics_windows, whole_sequence)
+                                                  inverse_dynamics_windows)
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
-from robot_dynamics_learning.learning.metrics import (multi_step_batch, multi_step_rmse,
-                                                      nmse_per_output, predict_batches,
-                                                      rmse_per_output)
+from robot_dynamics_learning.learning.evaluation import format_report, inverse_report
+from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_step_rmse
 from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
 from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.signals.offline import savgol_derivative
@@ -28,6 +32,7 @@ import torch
 import yaml
 
 DATASETS = ('kinova', 'pneumatic', 'schunk')
+FILE_SUFFIXES = ('.csv', '.npz', '.txt')
 CONFIG_KEYS = {'model_type', 'model', 'training', 'data'}
 DATA_KEYS = {'problem', 'window', 'stride', 'val_fraction', 'joint_topic', 'command_topic',
              'acc_window_s'}
@@ -107,6 +112,34 @@ def load_split(data: str, split: str, data_config: Dict[str, Any]) -> List[Traje
     return [trajectory]
 
 
+def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[str] = None,
+              columns: Sequence[str] = (), dt: Optional[float] = None
+              ) -> Tuple[List[Trajectory], List[Trajectory]]:
+    """
+    Return (train, test) trajectories of a dataset name, a bag or CSV / npz files.
+
+    Files are read with the column spec `columns` ('field=pattern', `data.loading`) and split
+    by `split` (default 'time:0.8'); a dataset keeps its fixed split unless `split` is given,
+    which then re-splits all its recordings; a bag is split by `split` (default: the whole
+    recording on both sides, as before).
+    """
+    data = list(data)
+    if all(Path(item).suffix in FILE_SUFFIXES for item in data):
+        spec = parse_columns(columns) if columns else None
+        window = float(data_config.get('acc_window_s', datasets.KINOVA_ACC_WINDOW_S))
+        splitter = parse_split(split or 'time:0.8')
+        trajectories = [load_trajectory(item, spec, dt, derivative_window_s=window)
+                        for item in data]
+        return splitter(trajectories)
+    if len(data) != 1:
+        raise ValueError(f'give one dataset name or bag, or only CSV / npz files; got {data}')
+    train, test = (load_split(data[0], name, data_config) for name in ('train', 'test'))
+    if split is None:
+        return train, test
+    pooled = train if Path(data[0]).exists() else train + test
+    return parse_split(split)(pooled)
+
+
 def _problem_widths(problem: str, trajectories: List[Trajectory]) -> Tuple[int, int, int]:
     arrays = (inverse_dynamics_arrays if problem == 'inverse' else
               forward_dynamics_arrays)(trajectories[0])
@@ -122,7 +155,7 @@ def run_train(args: argparse.Namespace) -> int:
                                           **({'seed': args.seed} if args.seed is not None
                                              else {})})
     torch.manual_seed(train_config.seed)
-    trajectories = load_split(args.data, 'train', data_config)
+    trajectories, test = load_data(args.data, data_config, args.split, args.columns, args.dt)
     make = inverse_dynamics_windows if problem == 'inverse' else forward_dynamics_windows
     windows = make(trajectories, int(data_config.get('window', 50)),
                    data_config.get('stride'))
@@ -131,14 +164,19 @@ def run_train(args: argparse.Namespace) -> int:
                         *_problem_widths(problem, trajectories))
     result = train_model(model, train, val, train_config)
     out = Path(args.out)
-    metadata = {'data': str(args.data), 'problem': problem, 'epochs': result.epochs,
+    metadata = {'data': [str(item) for item in args.data], 'problem': problem,
+                'split': args.split, 'epochs': result.epochs,
                 'seconds': result.seconds, 'best_val_loss': result.best_val_loss,
                 'training': dict(train_config.__dict__)}
     path = save_checkpoint(out / 'model.pt', model, trajectories[0].joint_names, metadata)
+    report = inverse_report(model, trajectories, test) if problem == 'inverse' and test else None
     (out / 'train_summary.json').write_text(json.dumps(
-        {**metadata, 'checkpoint': str(path), 'history': result.history}, indent=1))
+        {**metadata, 'checkpoint': str(path), 'test': report, 'history': result.history},
+        indent=1))
     print(f'trained {config["model_type"]} in {result.seconds:.1f} s ({result.epochs} epochs), '
           f'best validation loss {result.best_val_loss:.5f}; checkpoint {path}')
+    if report is not None:
+        print(format_report(report))
     return 0
 
 
@@ -153,14 +191,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"checkpoint joints {loaded.joint_names} differ from the data's "
                          f'{trajectories[0].joint_names}')
     if problem == 'inverse':
-        predictions, targets = [], []
-        for trajectory in trajectories:
-            batch = whole_sequence(inverse_dynamics_arrays(trajectory))
-            predictions.append(predict_batches(model, batch)[0].numpy())
-            targets.append(batch.targets[0].numpy())
-        prediction, target = np.concatenate(predictions), np.concatenate(targets)
-        metrics = {'rmse_per_joint': rmse_per_output(prediction, target).tolist(),
-                   'nmse_per_joint': nmse_per_output(prediction, target).tolist()}
+        train = load_split(args.data, 'train', {})
+        report = inverse_report(model, train, trajectories)
+        metrics = {'rmse_per_joint': report['model']['rmse'],
+                   'nmse_per_joint': report['model']['nmse'], **report}
     else:
         batch = multi_step_batch(trajectories, args.warmup, args.horizon, args.stride)
         metrics = {'multi_step_rmse': multi_step_rmse(model, batch, args.warmup,
@@ -179,8 +213,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = subparsers.add_parser('train', help='train a dynamics model offline')
     train.add_argument('--config', required=True, type=Path,
                        help='training YAML (model_type, model, training, data)')
-    train.add_argument('--data', required=True,
-                       help=f'dataset name {list(DATASETS)} or a rosbag2 folder')
+    train.add_argument('--data', required=True, nargs='+',
+                       help=f'dataset name {list(DATASETS)}, a rosbag2 folder or CSV / npz '
+                       'files')
+    train.add_argument('--columns', nargs='*', default=(),
+                       help="files: 'field=pattern[,pattern]' per field (time, q, qd, qdd, tau, "
+                       'observations, actions), e.g. q=Position* tau=Torque[0-9]; default: '
+                       'columns named like the fields (q or q_1, q_2, ...)')
+    train.add_argument('--dt', type=float, default=None,
+                       help='files without a time column: sample period in seconds')
+    train.add_argument('--split', default=None,
+                       help="'time:0.8' (head of every recording trains), 'blocks:500:4' (every "
+                       "4th block of 500 samples tests) or 'files:PATTERN[,PATTERN]'")
     train.add_argument('--out', default='runs/latest', help='output folder (model.pt, JSON)')
     train.add_argument('--seed', type=int, default=None, help='override training.seed')
     train.set_defaults(func=run_train)

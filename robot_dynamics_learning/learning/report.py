@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+from robot_dynamics_learning.learning.metrics import coverage_warnings, range_coverage
 from robot_dynamics_learning.learning.replay import ModelRun, ReplayResult
 
 IDEAL_WITHIN = (0.6827, 0.9545)   # Gaussian shares within 1 and 2 std
@@ -159,7 +160,18 @@ def compute_metrics(result: ReplayResult) -> Dict[str, Any]:
         'messages': stream.counts, 'events': events(result), 'skipped': result.skipped,
         'learner_params': {k: v for k, v in result.params.items()
                            if isinstance(v, (int, float, str, bool))},
-        'models': per_run, 'verdict': verdict(per_run, split)}
+        'models': per_run, 'verdict': verdict(per_run, split),
+        'coverage_warnings': _coverage(result)}
+
+
+def _coverage(result: ReplayResult) -> List[str]:
+    """Per joint, where held-out q / qd leave the ranges of the training blocks."""
+    held, stream = result.held_out, result.stream
+    if not held.any() or held.all():
+        return []
+    inputs = np.hstack([stream.q, stream.qd])
+    names = [f'{kind} {joint}' for kind in ('q', 'qd') for joint in stream.joint_names]
+    return coverage_warnings(range_coverage(inputs[~held], inputs[held]), names)
 
 
 def _plot_curves(result: ReplayResult, metrics: Dict[str, Any], path: Path) -> None:
@@ -310,6 +322,9 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
         f"{metrics['duration_s']:.1f} s at {metrics['rate_hz']:.1f} Hz, joints "
         f"{', '.join(names)}; torque from {metrics['torque_source']}; seed {metrics['seed']}.",
         '', '## Verdict', '', _verdict_text(metrics), '',
+        *(['Held-out inputs outside the training ranges (learned models extrapolate):', '']
+          + [f'- {line}' for line in metrics['coverage_warnings']] + ['']
+          if metrics.get('coverage_warnings') else []),
         '## How to read this', '',
         '- **prequential**: on the training blocks every sample is predicted *before* the '
         "learner trains on it (the node's own streaming learner: predict, score, store, "

@@ -4,7 +4,8 @@ Offline training of any registered model on windows (`SequenceBatch`), with earl
 Mini-batches of whole windows keep the temporal order inside each window (seed 001: shuffled
 samples lose the LSTM's advantage); windows themselves are shuffled each epoch. Forward models
 can be trained with a share of observations dropped (seed 004 Appendix B: three quarters),
-which teaches multi-step prediction. The GP is conditioned, not trained by gradient steps.
+which teaches multi-step prediction. Models that fit in closed form (the GP) are conditioned
+by their `fit_data`, not trained by gradient steps.
 """
 import copy
 import dataclasses
@@ -14,7 +15,6 @@ from typing import Dict, List, NamedTuple, Optional
 
 from robot_dynamics_learning.models.base import DynamicsModel, SequenceBatch
 from robot_dynamics_learning.models.common import ModelConfig
-from robot_dynamics_learning.models.gp import ExactGP
 import torch
 from tqdm import tqdm
 
@@ -131,12 +131,13 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     Fit normalisation on `train`, then train with Adam until validation stops improving.
 
     The best weights (by validation loss; by training loss without `val`) are restored at the
-    end. Forward models see the same observation-drop share in training and validation (a
-    fixed validation mask), so validation measures what training optimises.
+    end; a model with `calibrate_variance` then sets its error variance on `val`. Forward
+    models see the same observation-drop share in training and validation (a fixed validation
+    mask), so validation measures what training optimises.
     """
     start = time.perf_counter()
     torch.manual_seed(config.seed)
-    if isinstance(model, ExactGP):
+    if model.fits_in_closed_form:
         info = model.fit_data(train)
         val_loss = evaluate_loss(model, val) if val is not None else float('nan')
         return TrainResult(val_loss, 1, time.perf_counter() - start, [dict(info)])
@@ -189,4 +190,7 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     bar.close()
     model.load_state_dict(best_state)
     model.eval()
+    calibrate = getattr(model, 'calibrate_variance', None)
+    if calibrate is not None and val is not None:
+        calibrate(val)   # the error variance on held-out windows, with the best weights
     return TrainResult(best_loss, epoch + 1, time.perf_counter() - start, history)

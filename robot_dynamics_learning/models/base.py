@@ -54,6 +54,8 @@ class DynamicsModel(nn.Module, abc.ABC):
     """
 
     kind: str = 'inverse'
+    # True for models conditioned on their data in one solve (`fit_data`), not by gradient steps.
+    fits_in_closed_form: bool = False
 
     @abc.abstractmethod
     def init_state(self, batch_size: int) -> Any:

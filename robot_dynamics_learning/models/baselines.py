@@ -30,6 +30,7 @@ class PreviousValueInverse(DynamicsModel):
 
     kind = 'inverse'
     config_class = PreviousValueConfig
+    sees_previous_torque = True
     target_convention = 'absolute joint torque tau_t (N m)'
 
     def __init__(self, config: PreviousValueConfig, n_obs: int, n_act: int,

@@ -11,7 +11,7 @@ from typing import Tuple
 
 from robot_dynamics_learning.models.base import DynamicsModel, Prediction, SequenceBatch
 from robot_dynamics_learning.models.common import (check_batch, InverseModel, mlp, ModelConfig,
-                                                   StatelessStep)
+                                                   StatelessStep, support_of, SupportedVariance)
 from robot_dynamics_learning.models.feedback import FeedbackForwardModel
 import torch
 
@@ -35,23 +35,39 @@ class FFNNConfig(ModelConfig):
             raise ValueError(f'FFNNConfig.dropout must be in [0, 1), got {self.dropout}')
 
 
-class FFNNInverse(StatelessStep, InverseModel):
-    """Stateless inverse dynamics tau_t = f(x_t); actions are ignored."""
+class FFNNInverse(SupportedVariance, StatelessStep, InverseModel):
+    """
+    Stateless inverse dynamics tau_t = f(x_t); actions are ignored.
+
+    The variance is the validation error inside the training range, rising outside it.
+    """
 
     config_class = FFNNConfig
 
     def __init__(self, config: FFNNConfig, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__(config, n_obs, n_act, n_target)
         self.net = mlp(n_obs, config.hidden, n_target, dropout=config.dropout)
+        self.support = support_of(n_obs, n_target)
+
+    def fit_normalization(self, batch: SequenceBatch) -> None:
+        """Fit input and torque statistics and the training input range."""
+        super().fit_normalization(batch)
+        self.fit_support(batch)
 
     def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         return self.target_norm.denormalize(self.net(self.input_norm.normalize(observation)))
 
+    def _step_variance(self, observation: torch.Tensor) -> torch.Tensor:
+        return self._variance(observation)
+
+    def _normalized_prediction(self, batch: SequenceBatch) -> torch.Tensor:
+        return self.net(self.input_norm.normalize(batch.observations))
+
     def forward(self, batch: SequenceBatch) -> Prediction:
-        """Predict tau for every step independently."""
+        """Predict tau and its variance for every step independently."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
-        return Prediction(self.target_norm.denormalize(
-            self.net(self.input_norm.normalize(batch.observations))), None)
+        return Prediction(self.target_norm.denormalize(self._normalized_prediction(batch)),
+                          self._variance(batch.observations))
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE in normalised torque units."""

@@ -25,10 +25,13 @@ class GPConfig(ModelConfig):
 
     max_train: most training points kept (evenly subsampled beyond); hyper_subset: points used
     for the marginal-likelihood optimisation (Adam, hyper_iterations steps, hyper_lr);
-    jitter added to the kernel diagonal; seed for the subsets.
+    jitter added to the kernel diagonal; seed for the subsets; variance_points: the evenly
+    spaced training points the predictive variance conditions on (the full set would hold a
+    max_train^2 Cholesky factor per output; fewer points only make the variance larger).
     """
 
     max_train: int = 4000
+    variance_points: int = 1000
     hyper_subset: int = 1000
     hyper_iterations: int = 100
     hyper_lr: float = 0.05
@@ -37,7 +40,8 @@ class GPConfig(ModelConfig):
 
     def __post_init__(self) -> None:
         """Validate sizes and rates."""
-        self._positive('max_train', 'hyper_subset', 'hyper_iterations', 'hyper_lr', 'jitter')
+        self._positive('max_train', 'hyper_subset', 'hyper_iterations', 'hyper_lr', 'jitter',
+                       'variance_points')
 
 
 def matern52(x1: torch.Tensor, x2: torch.Tensor, lengthscale: torch.Tensor,
@@ -59,6 +63,7 @@ class ExactGP(StatelessStep, InverseModel):
     """Exact GP inverse dynamics x_t -> tau_t; trained by `fit_data`, not by gradient steps."""
 
     config_class = GPConfig
+    fits_in_closed_form = True
 
     def __init__(self, config: GPConfig, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__(config, n_obs, n_act, n_target)
@@ -67,12 +72,14 @@ class ExactGP(StatelessStep, InverseModel):
         self.register_buffer('log_noise_var', torch.full((n_target,), -4.0, dtype=torch.float64))
         self.register_buffer('x_train', torch.zeros(0, n_obs, dtype=torch.float64))
         self.register_buffer('alpha', torch.zeros(n_target, 0, dtype=torch.float64))
+        self._variance_factor = None   # (points, Cholesky factors), rebuilt from the buffers
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         """Resize the data-sized buffers (x_train, alpha) before loading a fitted GP."""
         for name in ('x_train', 'alpha'):
             if prefix + name in state_dict:
                 setattr(self, name, torch.empty_like(state_dict[prefix + name]))
+        self._variance_factor = None
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _negative_log_ml(self, x: torch.Tensor, y: torch.Tensor, log_lengthscale: torch.Tensor,
@@ -120,6 +127,7 @@ class ExactGP(StatelessStep, InverseModel):
                 alphas.append(torch.cholesky_solve(ys[j].unsqueeze(-1), chol).squeeze(-1))
             self.alpha = torch.stack(alphas)
             self.x_train = xs
+            self._variance_factor = None
         return {'negative_log_ml_subset': float(loss.detach()), 'n_train': int(xs.shape[0])}
 
     def _predict(self, x: torch.Tensor, chunk: int = 512) -> torch.Tensor:
@@ -135,19 +143,56 @@ class ExactGP(StatelessStep, InverseModel):
         mean = torch.cat(out) if out else xn.new_zeros(0, self.n_target)
         return self.target_norm.denormalize(mean.to(x.dtype))
 
+    def _factor(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Return (points (P, n), Cholesky factors (D, P, P)) of the variance's subset."""
+        if self._variance_factor is None:
+            count = min(self.x_train.shape[0], self.config.variance_points)
+            keep = torch.linspace(0, self.x_train.shape[0] - 1, count).round().long()
+            points = self.x_train[keep]
+            k = matern52(points, points, self.log_lengthscale.exp(), self.log_signal_var.exp())
+            k = k + (self.log_noise_var.exp() + self.config.jitter)[:, None, None] * \
+                torch.eye(count, dtype=k.dtype)
+            self._variance_factor = (points, torch.linalg.cholesky(k))
+        return self._variance_factor
+
+    def _predict_variance(self, x: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+        """Posterior predictive variance of tau (M, D) in N m^2 (noise included)."""
+        if self.x_train.shape[0] == 0:
+            raise ValueError('ExactGP has no training data: call fit_data first')
+        points, chol = self._factor()
+        xn = self.input_norm.normalize(x).double()
+        out = []
+        with torch.no_grad():
+            for start in range(0, xn.shape[0], chunk):
+                k = matern52(xn[start:start + chunk], points, self.log_lengthscale.exp(),
+                             self.log_signal_var.exp())                       # (D, m, P)
+                v = torch.linalg.solve_triangular(chol, k.transpose(1, 2), upper=False)
+                var = self.log_signal_var.exp()[:, None] - v.pow(2).sum(1) \
+                    + self.log_noise_var.exp()[:, None]
+                out.append(var.clamp_min(1e-12).T)
+        var = torch.cat(out) if out else xn.new_zeros(0, self.n_target)
+        return self.target_norm.denormalize_variance(var.to(x.dtype))
+
     def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         return self._predict(observation)
 
+    def _step_variance(self, observation: torch.Tensor) -> torch.Tensor:
+        return self._predict_variance(observation)
+
     def forward(self, batch: SequenceBatch) -> Prediction:
-        """Predict tau for every step independently (posterior mean)."""
+        """Predict tau for every step independently: posterior mean and variance."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
         b, t, n = batch.observations.shape
-        mean = self._predict(batch.observations.reshape(-1, n)).reshape(b, t, self.n_target)
-        return Prediction(mean, None)
+        flat = batch.observations.reshape(-1, n)
+        mean = self._predict(flat).reshape(b, t, self.n_target)
+        variance = self._predict_variance(flat).reshape(b, t, self.n_target)
+        return Prediction(mean, variance)
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE of the posterior mean in normalised torque units (evaluation only)."""
-        error = self.target_norm.normalize(self(batch).mean) - \
-            self.target_norm.normalize(batch.targets)
+        check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
+        b, t, n = batch.observations.shape
+        mean = self._predict(batch.observations.reshape(-1, n)).reshape(b, t, self.n_target)
+        error = self.target_norm.normalize(mean) - self.target_norm.normalize(batch.targets)
         loss = error.pow(2).mean()
         return loss, {'mse_normalized': float(loss)}

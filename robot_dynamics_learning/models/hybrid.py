@@ -16,6 +16,12 @@ re-identified by recursive least squares in a few hundred samples) runs beside t
 and the network learns only the residual tau - physics, stored per sample with the payload
 estimate of its time. The residual (friction, elasticity, sensor delay) does not depend on the
 payload, so old data stay valid after a payload change: adaptation without forgetting.
+
+Offline, the residual is trusted only where the training data were: it is scaled by the
+`InputSupport` trust w(x) (1 inside the training ranges of q and qd, falling outside), so far
+from the data the hybrid returns to its prior, and its variance moves from the residual's
+validation error to the prior's own error. (Split for continual learning, the residual is
+used as trained.)
 """
 import copy
 import dataclasses
@@ -30,8 +36,9 @@ from robot_dynamics_learning.dynamics.learnable import LearnableRigidBody
 from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
-from robot_dynamics_learning.models.common import (check_batch, check_step_input, ModelConfig,
-                                                   Normalizer, StatelessStep)
+from robot_dynamics_learning.models.common import (check_batch, check_step_input, InputSupport,
+                                                   ModelConfig, Normalizer, StatelessStep,
+                                                   SUPPORT_LENGTH)
 from robot_dynamics_learning.models.lstm import lstm_step, LSTMState, NumpyLSTMStepper
 from robot_dynamics_learning.resources import resource
 import torch
@@ -66,17 +73,23 @@ class RigidBodyConfig(ModelConfig):
 
 @dataclasses.dataclass(frozen=True)
 class HybridConfig(RigidBodyConfig):
-    """Rigid-body settings, the residual LSTM's sizes and the payload RLS (`PayloadConfig`)."""
+    """
+    Rigid-body settings, the residual LSTM's sizes and the payload RLS (`PayloadConfig`).
+
+    trust_length: how far outside the training ranges of q and qd (in training standard
+    deviations, RMS over the inputs) the residual keeps exp(-1/2) of its weight.
+    """
 
     hidden_size: int = 32
     num_layers: int = 1
     payload_forgetting: float = 0.999
     payload_start_after: int = 10000
+    trust_length: float = SUPPORT_LENGTH
 
     def __post_init__(self) -> None:
         """Check the URDF, the LSTM sizes and the payload estimator settings."""
         super().__post_init__()
-        self._positive('hidden_size', 'num_layers')
+        self._positive('hidden_size', 'num_layers', 'trust_length')
         PayloadConfig(forgetting=self.payload_forgetting, start_after=self.payload_start_after)
         if self.num_layers > 2:
             raise ValueError(f'HybridConfig.num_layers must be 1 or 2, got {self.num_layers}')
@@ -365,6 +378,7 @@ class HybridInverse(DynamicsModel):
         self.register_buffer('payload', torch.zeros(10, dtype=torch.float64))
         self.regressor = FastRegressor(self.body.model, config.path())
         self.residual_only = False
+        self.support = InputSupport(n_obs, n_target, range(2 * n_obs // 3), config.trust_length)
 
     def __deepcopy__(self, memo: dict) -> 'HybridInverse':
         """Copy weights and state; share the constant URDF model (it holds a lock)."""
@@ -413,6 +427,30 @@ class HybridInverse(DynamicsModel):
             residual = (batch.targets if self.residual_only
                         else batch.targets - self._physics(batch.observations))
             self.residual_norm.fit(residual)
+        self.support.fit_range(self.input_norm.normalize(batch.observations))
+
+    def calibrate_variance(self, val: SequenceBatch) -> None:
+        """
+        Set the residual's validation error (near) and the prior's own error (far).
+
+        Both in normalised residual units: the prior alone predicts a zero residual.
+        """
+        with torch.no_grad():
+            residual = val.targets if self.residual_only else (
+                val.targets - self._physics(val.observations))
+            target = self.residual_norm.normalize(residual)
+            near = (self._residual(val) - target).pow(2)
+            far = (self.residual_norm.normalize(torch.zeros_like(residual)) - target).pow(2)
+            self.support.fit_errors(near.reshape(-1, self.n_target).mean(dim=0),
+                                    far.reshape(-1, self.n_target).mean(dim=0))
+
+    def _trusted(self, observation: torch.Tensor, residual: torch.Tensor
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Return (trust-scaled residual, variance) in N m and N m^2 for raw inputs."""
+        normalized = self.input_norm.normalize(observation)
+        weight = self.support.trust(normalized).unsqueeze(-1)
+        variance = self.residual_norm.denormalize_variance(self.support.variance(normalized))
+        return weight * residual, variance
 
     def init_state(self, batch_size: int) -> LSTMState:
         """Return zero (h, c) of the residual LSTM."""
@@ -425,12 +463,14 @@ class HybridInverse(DynamicsModel):
         check_step_input('observation', observation, self.n_obs)
         if state is None:
             state = self.init_state(observation.shape[0])
+        variance = None
         with torch.no_grad():
             out, h, c = lstm_step(self.lstm, self.input_norm.normalize(observation), state)
             tau = self.residual_norm.denormalize(self.head(out))
             if not self.residual_only:
+                tau, variance = self._trusted(observation, tau)
                 tau = tau + self._physics(observation)
-        return StepOutput(tau, None, LSTMState(h, c))
+        return StepOutput(tau, variance, LSTMState(h, c))
 
     def numpy_stepper(self) -> Optional[NumpyLSTMStepper]:
         """Return the numpy twin of `step` once split (residual only); None before."""
@@ -443,12 +483,13 @@ class HybridInverse(DynamicsModel):
         return self.head(out)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
-        """Return physics + residual torques for every step of the windows (residual: split)."""
+        """Return physics + trusted residual and its variance per step (residual: split)."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
         residual = self.residual_norm.denormalize(self._residual(batch))
         if self.residual_only:
             return Prediction(residual, None)
-        return Prediction(self._physics(batch.observations) + residual, None)
+        residual, variance = self._trusted(batch.observations, residual)
+        return Prediction(self._physics(batch.observations) + residual, variance)
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE of the residual in normalised units (gradients also reach learnable physics)."""

@@ -11,17 +11,24 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 from robot_dynamics_learning.models.base import Prediction, SequenceBatch, StepOutput
 from robot_dynamics_learning.models.common import (check_batch, check_step_input,
-                                                   InverseModel, ModelConfig, Normalizer)
+                                                   InputSupport, InverseModel, ModelConfig,
+                                                   Normalizer, support_of, SupportedVariance)
 import torch
 from torch import nn
 
 
 @dataclasses.dataclass(frozen=True)
 class LSTMConfig(ModelConfig):
-    """hidden_size: LSTM units per layer (seed 001 searched 2..20); num_layers: 1 or 2."""
+    """
+    hidden_size: LSTM units per layer (seed 001 searched 2..20); num_layers: 1 or 2.
+
+    angle_features: read [sin q, cos q, qd, qdd] instead of [q, qd, qdd] (gravity and
+    Coriolis terms are trigonometric in q); the per-message numpy stepper is then not used.
+    """
 
     hidden_size: int = 32
     num_layers: int = 1
+    angle_features: bool = False
 
     def __post_init__(self) -> None:
         """Validate: positive sizes, at most two layers (more did not help in seed 001)."""
@@ -69,11 +76,13 @@ class NumpyLSTMStepper:
     matrix-vector products do the same float32 math (gate order i, f, g, o, as
     `torch.lstm_cell`; checked against `step` in the tests) in about a fifth of the time.
     The weights are copied at construction: build a new stepper for new weights.
-    state: (2, num_layers, hidden) float32, h then c, for one stream.
+    state: (2, num_layers, hidden) float32, h then c, for one stream. With an `InputSupport`,
+    `variance` gives the model's variance for an input (what `step` of the torch model returns;
+    for the streaming predictor to publish ~/predicted_torques_std on this fast path).
     """
 
     def __init__(self, lstm: nn.LSTM, head: nn.Linear, input_norm: Normalizer,
-                 output_norm: Normalizer) -> None:
+                 output_norm: Normalizer, support: Optional[InputSupport] = None) -> None:
         self._layers = [(_numpy(getattr(lstm, f'weight_ih_l{k}')),
                          _numpy(getattr(lstm, f'weight_hh_l{k}')),
                          _numpy(getattr(lstm, f'bias_ih_l{k}') + getattr(lstm, f'bias_hh_l{k}')))
@@ -82,6 +91,20 @@ class NumpyLSTMStepper:
         self._head = (_numpy(head.weight), _numpy(head.bias))
         self._input = (_numpy(input_norm.mean), _numpy(input_norm.std))
         self._output = (_numpy(output_norm.mean), _numpy(output_norm.std))
+        self._support = None if support is None else (
+            support.watched, _numpy(support.low), _numpy(support.high),
+            _numpy(support.near_var), _numpy(support.far_var), support.length)
+
+    def variance(self, observation: np.ndarray) -> Optional[np.ndarray]:
+        """Return the expected squared error (n_out,) for one input (n_in,); None: no support."""
+        if self._support is None:
+            return None
+        watched, low, high, near, far, length = self._support
+        mean, std = self._input
+        x = ((np.asarray(observation, np.float32) - mean) / std)[watched]
+        excess = np.maximum(low[watched] - x, 0.0) + np.maximum(x - high[watched], 0.0)
+        weight = np.exp(-0.5 * np.mean(excess ** 2) / length ** 2)
+        return ((weight * near + (1.0 - weight) * far) * self._output[1] ** 2).astype(np.float64)
 
     def state_from(self, state: 'LSTMState') -> np.ndarray:
         """Convert a batch-1 `LSTMState` of the torch model."""
@@ -104,20 +127,36 @@ class NumpyLSTMStepper:
         return (weight @ x + bias) * std + mean, new
 
 
-class LSTMInverseDynamics(InverseModel):
+class LSTMInverseDynamics(SupportedVariance, InverseModel):
     """
     Inverse dynamics tau_t = f(x_1..x_t) with an LSTM.
 
     observations (B, T, n_obs): raw [q, qd, qdd] (n_obs = 3 d); targets (B, T, d): tau in N m.
-    actions are ignored (any width): the LSTM does not see the previous torque.
+    actions are ignored (any width): the LSTM does not see the previous torque. The variance
+    is the validation error inside the training range, rising outside it (`InputSupport`).
     """
 
     config_class = LSTMConfig
 
     def __init__(self, config: LSTMConfig, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__(config, n_obs, n_act, n_target)
-        self.lstm = nn.LSTM(n_obs, config.hidden_size, config.num_layers, batch_first=True)
+        width = n_obs + n_obs // 3 if config.angle_features else n_obs
+        self.input_norm = Normalizer(width)
+        self.lstm = nn.LSTM(width, config.hidden_size, config.num_layers, batch_first=True)
         self.head = nn.Linear(config.hidden_size, n_target)
+        self.support = support_of(width, n_target)
+
+    def _model_inputs(self, observations: torch.Tensor) -> torch.Tensor:
+        if not self.config.angle_features:
+            return observations
+        q, rest = observations[..., :self.n_obs // 3], observations[..., self.n_obs // 3:]
+        return torch.cat([torch.sin(q), torch.cos(q), rest], dim=-1)
+
+    def fit_normalization(self, batch: SequenceBatch) -> None:
+        """Fit input (features) and torque statistics and the training input range."""
+        self.input_norm.fit(self._model_inputs(batch.observations))
+        self.target_norm.fit(batch.targets)
+        self.fit_support(batch)
 
     def init_state(self, batch_size: int) -> LSTMState:
         """Return zero (h, c) for `batch_size` streams."""
@@ -132,22 +171,30 @@ class LSTMInverseDynamics(InverseModel):
         if state is None:
             state = self.init_state(observation.shape[0])
         with torch.inference_mode():
-            x, h, c = lstm_step(self.lstm, self.input_norm.normalize(observation), state)
+            x, h, c = lstm_step(self.lstm, self._support_inputs(observation), state)
             tau = self.target_norm.denormalize(
                 torch.addmm(self.head.bias, x, self.head.weight.t()))
-        return StepOutput(tau, None, LSTMState(h, c))
+            variance = self._variance(observation)
+        return StepOutput(tau, variance, LSTMState(h, c))
 
-    def numpy_stepper(self) -> NumpyLSTMStepper:
-        """Return the numpy twin of `step` for one stream (the node's per-message path)."""
-        return NumpyLSTMStepper(self.lstm, self.head, self.input_norm, self.target_norm)
+    def numpy_stepper(self) -> Optional[NumpyLSTMStepper]:
+        """Return the numpy twin of `step` for one stream (None with angle features)."""
+        if self.config.angle_features:
+            return None
+        return NumpyLSTMStepper(self.lstm, self.head, self.input_norm, self.target_norm,
+                                self.support)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau for every step of the windows, starting from a zero state."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
-        return Prediction(self.target_norm.denormalize(self._normalized(batch)), None)
+        return Prediction(self.target_norm.denormalize(self._normalized(batch)),
+                          self._variance(batch.observations))
+
+    def _normalized_prediction(self, batch: SequenceBatch) -> torch.Tensor:
+        return self._normalized(batch)
 
     def _normalized(self, batch: SequenceBatch) -> torch.Tensor:
-        out, _ = self.lstm(self.input_norm.normalize(batch.observations))
+        out, _ = self.lstm(self._support_inputs(batch.observations))
         return self.head(out)
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:

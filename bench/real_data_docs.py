@@ -1,0 +1,376 @@
+"""
+Rebuild docs/results.md and its plots from bench/results/real_data_results.json alone.
+
+Run: `python -m bench.real_data_docs` (after `python -m bench.real_data_results --jobs N`);
+`--json PATH --docs DIR` for another pair (e.g. the quick run's). Every number is the mean ±
+standard deviation over the seeds of the raw cells.
+"""
+import argparse
+import json
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from bench.models import converge_budget_s
+from bench.real_data_results import (BLOCK, COMMON_TRAINING, CONTROL_DECIMATION,
+                                     CONTROL_MODELS, CONTROL_VARIANTS, CURVE_MODELS,
+                                     FORWARD_MODELS, GP_MAX_SAMPLES, KINOVA_MODELS, RESULTS,
+                                     ROOT, WINDOW)
+import matplotlib.pyplot as plt
+import numpy as np
+
+FORWARD_DIGITS = {'pneumatic': 4, 'schunk': 6}
+DIVERGED = 10.0   # own-feedback nMSE above this: diverged (the paper's model reached 534)
+COMMAND = ('python -m bench.real_data_results --jobs 16 && python -m bench.real_data_docs')
+
+
+def _stats(values: Sequence) -> dict:
+    stacked = np.array(values, dtype=np.float64)
+    return {'mean': stacked.mean(0), 'std': stacked.std(0)}
+
+
+def _fmt(mean: float, std: float, digits: int = 4) -> str:
+    return f'{mean:.{digits}f} ± {std:.{digits}f}'
+
+
+def aggregate(cells: List[dict]) -> dict:
+    """Group raw cells by part, group, model (and size), keeping every seed's numbers."""
+    def order(cell: dict) -> tuple:
+        names = list(FORWARD_MODELS if cell['part'] in ('pneumatic', 'schunk') else
+                     {**KINOVA_MODELS, **CONTROL_VARIANTS})
+        return names.index(cell['model']) if cell['model'] in names else 0, cell['seed']
+
+    out: Dict[str, dict] = {}
+    for cell in sorted(cells, key=order):
+        group = out.setdefault(cell['part'], {}).setdefault(cell['group'], {})
+        model = group.setdefault(cell['model'], {})
+        if 'size' in cell:
+            model = model.setdefault(int(cell['size']), {})
+        model.setdefault('runs', []).append(cell)
+    return out
+
+
+def _inverse_rows(models: dict) -> List[str]:
+    """Table rows of the inverse models of one split."""
+    lines = []
+    for name, entry in models.items():
+        runs = entry['runs']
+        cells = [_fmt(**_stats([r['mean_nmse'] for r in runs])),
+                 _fmt(**_stats([r['mean_change_nmse'] for r in runs]), digits=3)
+                 if runs[0].get('sees_previous_torque') else '-']   # else: absolute error
+        calibrated = [r['calibration'] for r in runs if 'calibration' in r]
+        cells += ([f'{100 * np.mean([c[k] for c in calibrated]):.0f} %'
+                   for k in ('within_1_std', 'within_2_std')]
+                  + [f'{np.mean([c["nll"] for c in calibrated]):.2f}'] if calibrated
+                  else ['-', '-', '-'])
+        rmse = _stats([r['rmse'] for r in runs])
+        cells += [_fmt(m, s, 3) for m, s in zip(rmse['mean'], rmse['std'])]
+        cells += [f'{np.mean([r["seconds"] for r in runs]):.1f}',
+                  '/'.join(str(r['epochs']) for r in runs)]
+        lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
+        if 'own_feedback' in runs[0]:
+            own = [r['own_feedback'] for r in runs]
+            lines.append(f'| {name}, own outputs fed back (segments of '
+                         f'{runs[0]["own_feedback_steps"]} steps) | '
+                         f'{_fmt(**_stats([o["mean_nmse"] for o in own]))} | '
+                         f'{_fmt(**_stats([o["mean_change_nmse"] for o in own]), digits=3)} | '
+                         + ' | '.join(['-'] * 3) + ' | '
+                         + ' | '.join(_fmt(m, s, 3) for m, s in zip(
+                             *_stats([o['rmse'] for o in own]).values()))
+                         + ' | - | - |')
+    return lines
+
+
+def _inverse_table(models: dict, joints: int = 7) -> List[str]:
+    header = ('| model | mean nMSE (joints 1-6) | nMSE of the change | within 1 std | '
+              'within 2 std | NLL | ' + ' | '.join(f'RMSE j{j + 1} [N m]' for j in range(joints))
+              + ' | train time [s] | epochs |')
+    return [header, '|---' * (8 + joints) + '|'] + _inverse_rows(models)
+
+
+def _coverage(models: dict) -> List[str]:
+    warnings = next(iter(models.values()))['runs'][0]['coverage_warnings']
+    if not warnings:
+        return ['Coverage: every test input stays inside the training ranges.', '']
+    return (['Coverage warning (test inputs outside the training ranges, per joint):', '']
+            + [f'- {w}' for w in warnings] + [''])
+
+
+def _curve_table(curve: dict) -> List[str]:
+    lines = ['| N | LSTM nMSE | GP nMSE | LSTM time [s] | GP time [s] | LSTM epochs |',
+             '|---|---|---|---|---|---|']
+    for size in sorted(curve['LSTM']):
+        lstm, gp = curve['LSTM'][size]['runs'], curve.get('GP', {}).get(size, {}).get('runs')
+        lines.append(f'| {size} | {_fmt(**_stats([r["mean_nmse"] for r in lstm]))} | '
+                     + (_fmt(**_stats([r['mean_nmse'] for r in gp])) if gp else '-') + ' | '
+                     + f'{np.mean([r["seconds"] for r in lstm]):.1f} | '
+                     + (f'{np.mean([r["seconds"] for r in gp]):.1f}' if gp else '-') + ' | '
+                     + '/'.join(str(r['epochs']) for r in lstm) + ' |')
+    return lines
+
+
+def _curve_claims(robot: str, curve: dict) -> List[str]:
+    """Seed 001's claim: the LSTM beats the GP from 1000 samples on; with all data."""
+    lstm = {s: np.mean([r['mean_nmse'] for r in v['runs']]) for s, v in curve['LSTM'].items()}
+    gp = {s: np.mean([r['mean_nmse'] for r in v['runs']]) for s, v in curve.get('GP', {}).items()}
+    if not gp:
+        return []
+    above = [s for s in sorted(gp) if s >= 1000]
+    wins = [s for s in above if lstm[s] < gp[s]]
+    largest, largest_gp = max(lstm), max(gp)
+    at_gp = lstm[largest_gp] / gp[largest_gp]
+    return [f'- {robot}, LSTM beats the GP at N >= 1000 (seed 001): at N = {above} the LSTM '
+            f'wins at {wins}. ' + ('Reproduced.' if above and wins == above else
+                                   'NOT reproduced at every size.'),
+            f'- {robot}, at N = {largest_gp} (the limit of the exact GP here): LSTM / GP nMSE = '
+            f'{at_gp:.2f} (target <= 1.2: ' + ('met' if at_gp <= 1.2 else 'NOT met') + ').',
+            f'- {robot}, all the data each can use: LSTM at N = {largest} nMSE '
+            f'{lstm[largest]:.3f} vs GP at N = {largest_gp} nMSE {gp[largest_gp]:.3f}: the LSTM '
+            'is ' + ('better' if lstm[largest] < gp[largest_gp] else 'NOT better') + '.']
+
+
+def _forward_table(dataset: str, models: dict) -> List[str]:
+    lines = ['| model | ' + ' | '.join(f'{k} step' for k in (1, 2, 5, 10))
+             + ' | 10 step within 1 / 2 std | train time [s] | epochs |',
+             '|---|---|---|---|---|---|---|---|']
+    for name, entry in models.items():
+        runs = entry['runs']
+        rmse = _stats([r['rmse'] for r in runs])
+        cells = [_fmt(rmse['mean'][k - 1], rmse['std'][k - 1], FORWARD_DIGITS[dataset])
+                 for k in (1, 2, 5, 10)]
+        calibrated = [r['calibration'] for r in runs if 'calibration' in r]
+        cells.append(' / '.join(f'{100 * np.mean([c[k] for c in calibrated]):.0f} %'
+                                for k in ('within_1_std', 'within_2_std')) if calibrated else '-')
+        lines.append(f'| {name} | ' + ' | '.join(cells)
+                     + f' | {np.mean([r["seconds"] for r in runs]):.1f} | '
+                     + '/'.join(str(r['epochs']) for r in runs) + ' |')
+    return lines
+
+
+def _forward_claim(dataset: str, models: dict) -> str:
+    ten = {n: [r['rmse'][-1] for r in e['runs']] for n, e in models.items()}
+    ours = np.mean(ten['ac-RKN'])
+    paired = '; '.join(f'{n} in {sum(a < b for a, b in zip(ten["ac-RKN"], ten[n]))} of '
+                       f'{len(ten[n])}' for n in ('LSTM', 'GRU'))
+    best = min(ten, key=lambda n: np.mean(ten[n]))
+    return (f'- {dataset}, 10-step RMSE: ' + ', '.join(
+        f'{n} {_fmt(np.mean(v), np.std(v), FORWARD_DIGITS[dataset])}' for n, v in ten.items())
+        + '. ac-RKN beats LSTM and GRU: '
+        + ('yes' if ours < min(np.mean(ten['LSTM']), np.mean(ten['GRU'])) else 'NO')
+        + f' (seed by seed: {paired}); best: {best}.')
+
+
+def _control_claims(control: dict) -> List[str]:
+    lines = []
+    for (split, models), name in ((item, name) for item in control.items()
+                                  for name in CONTROL_MODELS[:-1]):
+        if name not in models or 'previous value' not in models:
+            continue
+        runs = models[name]['runs']
+        ours = np.mean([r['mean_change_nmse'] for r in runs])
+        base = np.mean([r['mean_change_nmse'] for r in models['previous value']['runs']])
+        own = np.mean([r['own_feedback']['mean_nmse'] for r in runs])
+        where = 'Schunk at 4 ms' if split == 'schunk' else \
+            f'Kinova at {CONTROL_DECIMATION} ms, {split}'
+        lines.append(f'- {where}: {name} / previous '
+                     f'value on the change = {ours / base:.2f} (target <= 0.7: '
+                     + ('met' if ours <= 0.7 * base else 'NOT met')
+                     + f'); fed its own outputs over segments of {runs[0]["own_feedback_steps"]} '
+                     f'steps: nMSE {own:.3f} ('
+                     + ('diverges' if not np.isfinite(own) or own > DIVERGED else
+                        'bounded, but worse than the mean' if own > 1.0 else 'does not diverge')
+                     + ').')
+    return lines
+
+
+def _uncertainty_claims(kinova: dict) -> List[str]:
+    """Mean predicted std inside (blocks) and outside (validation files) the training ranges."""
+    if not {'blocks', 'validation files'} <= set(kinova):
+        return []
+    lines = []
+    for name, entry in kinova['blocks'].items():
+        outside = kinova['validation files'].get(name)
+        if 'calibration' not in entry['runs'][0] or outside is None:
+            continue
+        inside_std = np.mean([r['calibration']['mean_std'] for r in entry['runs']])
+        outside_std = np.mean([r['calibration']['mean_std'] for r in outside['runs']])
+        lines.append(f'- Kinova {name}: mean predicted std {inside_std:.2f} N m inside the '
+                     f'training ranges (blocks), {outside_std:.2f} N m on the validation files '
+                     'outside them: ' + ('rises' if outside_std > inside_std else 'does NOT rise')
+                     + '.')
+    return lines
+
+
+def _hybrid_claims(kinova: dict) -> List[str]:
+    lines = []
+    hybrid = next((n for n in KINOVA_MODELS if n.startswith('hybrid')), None)
+    for split, models in kinova.items():
+        if hybrid not in models or 'rigid body (URDF)' not in models:
+            continue
+        scores = {n: np.mean([r['mean_nmse'] for r in e['runs']]) for n, e in models.items()
+                  if n != 'previous value' and n != 'ac-RKN inverse'}
+        best = min(scores, key=scores.get)
+        lines.append(f'- Kinova {split}: hybrid nMSE {scores[hybrid]:.3f} vs URDF prior '
+                     f'{scores["rigid body (URDF)"]:.3f}: '
+                     + ('no worse' if scores[hybrid] <= scores['rigid body (URDF)'] else 'WORSE')
+                     + f'; best model without tau(t-1): {best} ({scores[best]:.3f}).')
+    return lines
+
+
+def markdown(results: dict) -> str:
+    """Return results.md for a results dict (raw cells)."""
+    parts = aggregate(results['cells'])
+    core_min = sum(c['wall_s'] for c in results['cells']) / 60
+    lines = ['# Results on real robot data', '',
+             f'Generated by `{COMMAND}`' + (' with --quick (SMOKE RUN: not meaningful)'
+                                             if results.get('quick') else '')
+             + f' on {results["machine"]}, torch {results["torch"]}, {results["jobs"]} worker '
+             f'process(es) of one thread; last run {results["wall_s"] / 60:.1f} min wall, all '
+             f'cells {core_min:.0f} core-min. Every number is the mean ± standard deviation '
+             'over seeds (listed per table by the epochs column; weights, window order and '
+             'dropped observations change with the seed, data splits do not). Raw numbers: '
+             '`bench/results/real_data_results.json` (one entry per dataset, model and seed).',
+             '', '## Training: converged, not clocked', '',
+             f'- Windows of {WINDOW} steps, batches of {COMMON_TRAINING["batch_size"]} windows, '
+             'Adam; early stopping on the last 20 % (inverse) / 15 % (forward) of the training '
+             f'windows with patience {COMMON_TRAINING["patience"]} epochs and the best weights '
+             f'restored; at most {COMMON_TRAINING["max_epochs"]} epochs unless a guard below. '
+             'No wall-clock caps: the numbers do not depend on the load of the machine.',
+             '- Epoch guards: ' + '; '.join(f'{n} {o["max_epochs"]}' for n, (_, _, o)
+                                            in KINOVA_MODELS.items() if 'max_epochs' in o)
+             + f'; curve LSTM {CURVE_MODELS["LSTM"][2]["max_epochs"]} epochs with patience '
+             f'{CURVE_MODELS["LSTM"][2]["patience"]} (small N has few batches per epoch).',
+             '- Model sizes, Kinova: ' + '; '.join(f'{n}: `{t}` {c}' for n, (t, c, _)
+                                                   in KINOVA_MODELS.items()),
+             '- Model sizes, forward sets: ' + '; '.join(f'{n}: `{t}` {c}' for n, (t, c, _)
+                                                         in FORWARD_MODELS.items()),
+             '- Uncertainty: GP posterior variance; LSTM, FFNN and hybrid: the validation error '
+             'inside the training ranges of q and qd, rising outside them to the error of the '
+             'mean (LSTM, FFNN) or of the URDF prior (hybrid), `models/common.py` '
+             '`InputSupport`; ac-RKN: its decoded variance. "within k std" is the share of test '
+             'errors inside k predicted standard deviations (calibrated: 68 % and 95 %); NLL '
+             'is the Gaussian negative log-likelihood per joint and sample.',
+             '- nMSE of the change: MSE of prediction - tau(t-1) against tau(t) - tau(t-1), '
+             'over the variance of that change. Repeating tau(t-1) scores about 1; a model fed '
+             'tau(t-1) has skill only below it.', '']
+    if 'kinova' in parts:
+        lines += ['## 1. Kinova Gen3 inverse dynamics', '',
+                  'Inputs x = [q, qd, qdd], qdd the Savitzky-Golay derivative (cubic, 31 ms) of '
+                  'the measured velocity, 1 kHz; target: the `Torque` columns. The torque of '
+                  'joint 7 is 0 in the validation files, so means are over joints 1-6. Test '
+                  'recordings are predicted whole from a zero state. ac-RKN inverse and the '
+                  'previous value see the measured tau(t-1). Splits: **validation files** '
+                  '(train on RunTrajectory1 + RecordTrajectory_quadratic, test on '
+                  'opti_traj_testing1/2: outside the training ranges), **blocks** (all '
+                  f'four files in blocks of {BLOCK} samples, every fourth tests: inside the '
+                  'ranges). The hybrid is the URDF model plus an LSTM residual scaled by its '
+                  'trust (1 inside the training ranges, falling outside).', '']
+        for split, models in parts['kinova'].items():
+            lines += [f'### Split: {split}', ''] + _inverse_table(models) + [''] \
+                + _coverage(models)
+    if 'control' in parts:
+        lines += ['## 2. Models fed tau(t-1) at the period of a controller', '',
+                  f'Kinova: the same recordings with every {CONTROL_DECIMATION}th sample '
+                  '(derivatives taken at 1 kHz first), so 10 ms steps: at 1 ms the torque change '
+                  'is mostly sensor noise (see the 1 kHz tables). Schunk: `split_schunk` at its '
+                  '250 Hz (4 ms), all 6 joints. "action loss only" is the model of the paper '
+                  'trained without the forward-model term (lambda = 0 instead of 0.158) and with '
+                  'patience 30. Own outputs fed back: '
+                  'test recordings cut into 1 s segments (or the whole block where shorter), '
+                  'the measured tau(t-1) given only at the first step of each.', '']
+        for split, models in parts['control'].items():
+            lines += [f'### Split: {split}', ''] + _inverse_table(models) + ['']
+    for part, robot in (('curve', 'Kinova Gen3 (blocks split)'),
+                        ('schunk_curve', 'Schunk LWA 4P inverse dynamics (split_schunk)')):
+        if part in parts:
+            curve = next(iter(parts[part].values()))
+            lines += [f'## Sample-size curve: {robot}', '',
+                      'N = the first N samples of the training stream (blocks in a fixed '
+                      f'shuffled order); the exact GP stops at {GP_MAX_SAMPLES}.', '']
+            lines += _curve_table(curve) + ['']
+    for dataset, title in (('pneumatic', 'Pneumatic arm forward dynamics (seed 004 Fig. 4c)'),
+                           ('schunk', 'Schunk LWA 4P forward dynamics')):
+        if dataset in parts:
+            models = parts[dataset][dataset]
+            first = next(iter(models.values()))['runs'][0]
+            lines += [f'## {title}', '',
+                      f'{first["train_episodes"]} training and {first["test_episodes"]} test '
+                      f'episodes; {first["test_windows"]} test windows, 20 observed steps, then '
+                      '10 predicted from actions alone; 75 % of observations dropped in '
+                      'training (seed 004 Appendix B). Joint-angle RMSE [rad].', '']
+            lines += _forward_table(dataset, models)
+            lines += ['', f'![{dataset}](img/{dataset}_multistep.png)', '']
+    claims = []
+    for dataset in ('pneumatic', 'schunk'):
+        if dataset in parts:
+            claims.append(_forward_claim(dataset, parts[dataset][dataset]))
+    for part, robot in (('curve', 'Kinova'), ('schunk_curve', 'Schunk')):
+        if part in parts:
+            claims += _curve_claims(robot, next(iter(parts[part].values())))
+    claims += _hybrid_claims(parts.get('kinova', {})) + _control_claims(parts.get('control', {}))
+    claims += _uncertainty_claims(parts.get('kinova', {}))
+    lines += ['## Claims checked', ''] + claims + [''] + _speed_section()
+    return '\n'.join(lines)
+
+
+def _speed_section() -> List[str]:
+    """Summarise bench/results/models.json (`python -m bench.models`) where it exists."""
+    path = ROOT / 'bench' / 'results' / 'models.json'
+    if not path.is_file():
+        return []
+    bench = json.loads(path.read_text())
+    streaming = bench['streaming']
+    lines = ['## Speed (`python -m bench.models`, 1 thread)', '',
+             f'- Streaming `step`, batch 1, p50: LSTM {streaming["lstm_step_p50_ms"]:.3f} ms; '
+             f'ac-RKN inverse {streaming["ac_rkn_inverse_step_p50_ms"]:.3f} ms, ac-RKN forward '
+             f'{streaming["ac_rkn_forward_step_p50_ms"]:.3f} ms.']
+    for key, what in (('lstm_100k', 'synthetic KUKA-like data'),
+                      ('lstm_real', 'Schunk inverse dynamics')):
+        if key in bench:
+            entry = bench[key]
+            budget = converge_budget_s(entry['samples'])
+            reached = [run['wall_s_to_within_5pct'] for run in entry['runs']]
+            lines.append(f'- LSTM time to converge ({what}, {entry["samples"]} samples): within '
+                         '5 % of the converged error after '
+                         + ', '.join('never' if r is None else f'{r:.1f} s' for r in reached)
+                         + f' (target {budget:.1f} s).')
+    return lines + ['']
+
+
+def plots(results: dict, img: Path) -> None:
+    """Write the per-split nMSE bars, the curves and the forward plots under `img`."""
+    plt.switch_backend('Agg')
+    img.mkdir(parents=True, exist_ok=True)
+    parts = aggregate(results['cells'])
+    for dataset in ('pneumatic', 'schunk'):
+        if dataset not in parts:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, entry in parts[dataset][dataset].items():
+            rmse = _stats([r['rmse'] for r in entry['runs']])
+            k = np.arange(1, rmse['mean'].size + 1)
+            ax.plot(k, rmse['mean'], marker='o', label=name)
+            ax.fill_between(k, rmse['mean'] - rmse['std'], rmse['mean'] + rmse['std'],
+                            alpha=0.2)
+        ax.set_yscale('log')
+        ax.set_xlabel('steps ahead')
+        ax.set_ylabel('joint-angle RMSE [rad]')
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(img / f'{dataset}_multistep.png', dpi=110)
+        plt.close(fig)
+
+
+def main(argv=None) -> None:
+    """Read the JSON, write results.md and the plots."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
+    parser.add_argument('--json', type=Path, default=RESULTS)
+    parser.add_argument('--docs', type=Path, default=ROOT / 'docs')
+    args = parser.parse_args(argv)
+    results = json.loads(args.json.read_text())
+    plots(results, args.docs / 'img')
+    (args.docs / 'results.md').write_text(markdown(results))
+    print(f'wrote {args.docs / "results.md"}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,122 @@
+"""
+Train/test splits of recordings that never share a sample between the two sides.
+
+- time: the first fraction of every recording trains, the rest tests (extrapolation in time);
+- blocks: recordings cut into blocks of `size` samples, every k-th block tests (tests inside
+  the training ranges; blocks do not overlap, so no row is on both sides);
+- files: named recordings test, the others train.
+`parse_split` reads the CLI form: 'time:0.8', 'blocks:500:4', 'files:test*.csv,other.csv'.
+"""
+import fnmatch
+from pathlib import Path
+from typing import Callable, List, Sequence, Tuple
+
+import numpy as np
+from robot_dynamics_learning.data.trajectory import Trajectory
+
+Split = Tuple[List[Trajectory], List[Trajectory]]
+# Shortest piece kept: a block needs two rows to give one (input, target) sample.
+MIN_ROWS = 2
+
+
+def split_time(trajectories: Sequence[Trajectory], train_fraction: float) -> Split:
+    """Split every recording at `train_fraction` of its samples: head trains, tail tests."""
+    if not 0.0 < train_fraction < 1.0:
+        raise ValueError(f'train_fraction must be in (0, 1), got {train_fraction}')
+    heads, tails = [], []
+    for trajectory in trajectories:
+        cut = int(train_fraction * len(trajectory))
+        heads.append(trajectory.segment(0, cut))
+        tails.append(trajectory.segment(cut, len(trajectory)))
+    return ([t for t in heads if len(t) >= MIN_ROWS], [t for t in tails if len(t) >= MIN_ROWS])
+
+
+def cut_blocks(trajectories: Sequence[Trajectory], size: int,
+               min_rows: int = MIN_ROWS) -> List[Trajectory]:
+    """Cut recordings into consecutive, non-overlapping blocks of `size` rows (short ones go)."""
+    if size < MIN_ROWS:
+        raise ValueError(f'block size must be >= {MIN_ROWS}, got {size}')
+    blocks = [t.segment(start, min(start + size, len(t))) for t in trajectories
+              for start in range(0, len(t), size)]
+    return [block for block in blocks if len(block) >= max(min_rows, MIN_ROWS)]
+
+
+def split_blocks(trajectories: Sequence[Trajectory], size: int, every: int = 4,
+                 shuffle_seed: int = None, min_rows: int = MIN_ROWS) -> Split:
+    """
+    Every `every`-th block (the last of each group) tests; the other blocks train.
+
+    With `shuffle_seed` the training blocks come in a fixed random order (so that the first N
+    samples span several motions); the test blocks keep their order.
+    """
+    if every < 2:
+        raise ValueError(f'every must be >= 2, got {every}')
+    blocks = cut_blocks(trajectories, size)
+    train = [b for i, b in enumerate(blocks) if i % every != every - 1 and len(b) >= min_rows]
+    test = [b for i, b in enumerate(blocks) if i % every == every - 1 and len(b) >= min_rows]
+    if shuffle_seed is not None:
+        order = np.random.default_rng(shuffle_seed).permutation(len(train))
+        train = [train[i] for i in order]
+    return train, test
+
+
+def split_files(trajectories: Sequence[Trajectory], test_patterns: Sequence[str]) -> Split:
+    """Test the recordings whose file name matches a pattern; train on the others."""
+    def is_test(trajectory: Trajectory) -> bool:
+        name = Path(trajectory.source.split(' ')[0]).name
+        return any(fnmatch.fnmatchcase(name, p) for p in test_patterns)
+
+    test = [t for t in trajectories if is_test(t)]
+    if not test or len(test) == len(trajectories):
+        raise ValueError(f'files split {list(test_patterns)} must leave recordings on both '
+                         f'sides; it picked {len(test)} of {len(trajectories)}')
+    return [t for t in trajectories if not is_test(t)], test
+
+
+def parse_split(spec: str) -> Callable[[Sequence[Trajectory]], Split]:
+    """Return the split named by 'time:F', 'blocks:SIZE[:EVERY]' or 'files:PATTERN[,...]'."""
+    kind, _, rest = spec.partition(':')
+    try:
+        if kind == 'time':
+            fraction = float(rest or 0.8)
+            split_time([], fraction)  # validate now, before any data is read
+            return lambda trajectories: split_time(trajectories, fraction)
+        if kind == 'blocks':
+            parts = [int(v) for v in rest.split(':') if v] if rest else [500]
+            size, every = parts[0], parts[1] if len(parts) > 1 else 4
+            if size < MIN_ROWS or every < 2:
+                raise ValueError('size >= 2 and every >= 2')
+            return lambda trajectories: split_blocks(trajectories, size, every)
+        if kind == 'files' and rest:
+            patterns = [p for p in rest.split(',') if p]
+            return lambda trajectories: split_files(trajectories, patterns)
+    except ValueError as error:
+        raise ValueError(f'bad split {spec!r}: {error}') from None
+    raise ValueError(f"bad split {spec!r}: use 'time:0.8', 'blocks:500:4' or "
+                     "'files:PATTERN[,PATTERN]'")
+
+
+def first_samples(trajectories: Sequence[Trajectory], n: int) -> List[Trajectory]:
+    """Return the first n (input, target) samples of the recordings, in order."""
+    out, left = [], n
+    for trajectory in trajectories:
+        if left <= 0:
+            break
+        rows = min(len(trajectory), left + 1)
+        if rows >= MIN_ROWS:
+            out.append(trajectory.segment(0, rows))
+        left -= rows - 1
+    return out
+
+
+def downsample(trajectories: Sequence[Trajectory], every: int) -> List[Trajectory]:
+    """Keep every `every`-th sample (e.g. 1 kHz -> 100 Hz: a controller's period)."""
+    if every < 1:
+        raise ValueError(f'every must be >= 1, got {every}')
+    out = []
+    for t in trajectories:
+        arrays = {name: None if getattr(t, name) is None else getattr(t, name)[::every]
+                  for name in Trajectory.ARRAY_FIELDS}
+        out.append(Trajectory(time=t.time[::every], joint_names=list(t.joint_names),
+                              units=dict(t.units), source=f'{t.source}[::{every}]', **arrays))
+    return out

@@ -1,0 +1,127 @@
+"""The public training API: Trajectory from arrays / CSV / npz, leak-free splits, `rdl train`."""
+import json
+
+import numpy as np
+import pytest
+from robot_dynamics_learning import cli
+from robot_dynamics_learning.data import datasets
+from robot_dynamics_learning.data.loading import (load_trajectory, parse_columns, read_table,
+                                                  trajectory_from_arrays)
+from robot_dynamics_learning.data.splits import (first_samples, parse_split, split_blocks,
+                                                 split_files, split_time)
+from robot_dynamics_learning.data.trajectory import Trajectory
+
+KINOVA_COLUMNS = ['q=Position[0-9]', 'qd=Velocity[0-9]', 'tau=Torque[0-9]']
+
+
+def _kinova_csv(name: str = 'RunTrajectory1.csv'):
+    return datasets.shared_data_dir() / 'kinova_gen3' / name
+
+
+def _rows(trajectories):
+    """(source file, time) of every row: what a split must never put on both sides."""
+    return {(t.source.split('[')[0], round(float(s), 9)) for t in trajectories for s in t.time}
+
+
+def test_arrays_derive_velocity_and_acceleration_with_the_package_filter():
+    time = np.arange(2000) * 1e-3
+    q = np.stack([np.sin(2 * time), np.cos(3 * time)], 1)
+    trajectory = trajectory_from_arrays(time, q=q, tau=q.copy(), joint_names=['a', 'b'])
+    inner = slice(100, -100)
+    expected_qd = np.stack([2 * np.cos(2 * time), -3 * np.sin(3 * time)], 1)
+    expected_qdd = np.stack([-4 * np.sin(2 * time), -9 * np.cos(3 * time)], 1)
+    assert np.allclose(trajectory.qd[inner], expected_qd[inner], atol=1e-3)
+    assert np.allclose(trajectory.qdd[inner], expected_qdd[inner], atol=1e-2)
+    assert trajectory.joint_names == ['a', 'b']
+
+
+def test_csv_with_named_columns_matches_the_kinova_loader():
+    path = _kinova_csv()
+    ours = load_trajectory(path, parse_columns(KINOVA_COLUMNS), dt=datasets.KINOVA_DT,
+                           derivative_window_s=datasets.KINOVA_ACC_WINDOW_S)
+    reference = datasets.load_kinova(path)
+    for name in ('q', 'qd', 'qdd', 'tau'):
+        assert np.allclose(getattr(ours, name), getattr(reference, name)), name
+    assert np.allclose(ours.time, reference.time)
+
+
+def test_npz_round_trip_and_default_column_names(tmp_path):
+    reference = datasets.load_kinova(_kinova_csv())
+    path = tmp_path / 'run.npz'
+    np.savez(path, time=reference.time, q=reference.q, qd=reference.qd, tau=reference.tau)
+    loaded = load_trajectory(path, derivative_window_s=datasets.KINOVA_ACC_WINDOW_S)
+    assert np.allclose(loaded.q, reference.q) and np.allclose(loaded.tau, reference.tau)
+    assert np.allclose(loaded.qdd, reference.qdd)
+    csv_path = tmp_path / 'run.csv'
+    header = ['t'] + [f'q_{i}' for i in range(7)] + [f'tau_{i}' for i in range(7)]
+    table = np.column_stack([reference.time, reference.q, reference.tau])
+    np.savetxt(csv_path, table, delimiter=',', header=','.join(header), comments='')
+    from_csv = load_trajectory(csv_path)
+    assert from_csv.q.shape == reference.q.shape and np.allclose(from_csv.tau, reference.tau)
+    assert from_csv.qdd is not None and from_csv.qdd.shape == reference.q.shape
+
+
+def test_bad_files_and_columns_give_clear_errors(tmp_path):
+    path = tmp_path / 'bad.csv'
+    path.write_text('t,q_1,tau_1\n0,1,2\n0.1,nan,2\n0.2,1,2\n')
+    with pytest.raises(ValueError, match='non-finite'):
+        load_trajectory(path)
+    with pytest.raises(ValueError, match='no column matches'):
+        load_trajectory(_kinova_csv(), {'q': ['Angle*']}, dt=1e-3)
+    with pytest.raises(ValueError, match='field=pattern'):
+        parse_columns(['speed=Velocity*'])
+    with pytest.raises(ValueError, match='time column or a positive dt'):
+        load_trajectory(_kinova_csv(), parse_columns(KINOVA_COLUMNS))
+    (tmp_path / 'text.csv').write_text('a,b\n1,x\n')
+    with pytest.raises(ValueError, match='non-numeric'):
+        read_table(tmp_path / 'text.csv')
+
+
+def test_splits_never_put_a_row_on_both_sides():
+    recordings = [datasets.load_kinova(_kinova_csv(name)) for name in
+                  datasets.KINOVA_TRAIN_FILES + datasets.KINOVA_TEST_FILES]
+    for train, test in (split_blocks(recordings, 100, 4, shuffle_seed=0),
+                        split_time(recordings, 0.7),
+                        split_files(recordings, ['opti_traj_*'])):
+        assert train and test
+        assert _rows(train).isdisjoint(_rows(test))
+        assert len(_rows(train)) + len(_rows(test)) <= sum(len(r) for r in recordings)
+    train, test = split_blocks(recordings, 100, 4)
+    assert len(test) * 3 <= len(train) <= len(test) * 3 + 3
+    with pytest.raises(ValueError, match='both sides'):
+        split_files(recordings, ['*.csv'])
+
+
+def test_parse_split_reads_the_cli_forms():
+    recordings = [Trajectory(time=np.arange(1000) * 0.01, q=np.zeros((1000, 1)),
+                             source=f'run{i}.csv') for i in range(3)]
+    train, test = parse_split('blocks:100:5')(recordings)
+    assert len(test) == 6 and len(train) == 24
+    train, test = parse_split('time:0.8')(recordings)
+    assert [len(t) for t in train] == [800] * 3 and [len(t) for t in test] == [200] * 3
+    train, test = parse_split('files:run2.csv')(recordings)
+    assert len(train) == 2 and test[0].source == 'run2.csv'
+    for bad in ('time:1.5', 'blocks:1', 'weekly', 'files:'):
+        with pytest.raises(ValueError, match='bad split'):
+            parse_split(bad)
+    assert sum(len(t) - 1 for t in first_samples(recordings, 1500)) == 1500
+
+
+def test_rdl_train_on_csv_files_reports_the_baseline_and_coverage(tmp_path, capsys):
+    config = tmp_path / 'ffnn.yaml'
+    config.write_text('model_type: ffnn\nmodel: {hidden: [16]}\n'
+                      'training: {max_epochs: 2, progress: false}\n'
+                      'data: {problem: inverse, window: 20, stride: 20, acc_window_s: 0.031}\n')
+    out = tmp_path / 'run'
+    files = [str(_kinova_csv(name)) for name in ('RunTrajectory1.csv', 'opti_traj_testing1.csv')]
+    assert cli.main(['train', '--config', str(config), '--data', *files, '--columns',
+                     *KINOVA_COLUMNS, '--dt', '0.001', '--split', 'files:opti*',
+                     '--out', str(out)]) == 0
+    summary = json.loads((out / 'train_summary.json').read_text())
+    report = summary['test']
+    assert report['test_samples'] == len(datasets.load_kinova(files[1])) - 1
+    assert report['previous_value']['mean_change_nmse'] >= 1.0  # mean(change^2) / var(change)
+    assert len(report['model']['change_nmse']) == 7
+    assert report['coverage_warnings']   # the validation file leaves the training ranges
+    text = capsys.readouterr().out
+    assert 'previous value' in text and 'outside the training range' in text
