@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 import platform
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 from robot_dynamics_learning.data import datasets
@@ -377,19 +377,27 @@ def _key(cell: Cell) -> tuple:
     return tuple(cell.get(k) for k in ('part', 'group', 'model', 'size', 'seed'))
 
 
-def run(todo: List[Cell], jobs: int, quick: bool) -> List[dict]:
-    """Run cells on `jobs` processes (inline for 1), with a progress bar."""
-    done = []
+def run(todo: List[Cell], jobs: int, quick: bool,
+        on_cell: Callable[[List[dict]], None]) -> List[dict]:
+    """
+    Run cells on `jobs` processes (inline for 1), with a progress bar.
+
+    `on_cell` gets the cells done so far after each one: a run cut short (a time limit)
+    keeps every finished cell.
+    """
+    done: List[dict] = []
     bar = tqdm(total=len(todo), desc='cells', unit='cell')
     if jobs <= 1:
         for cell in todo:
             done.append(run_cell(cell, quick))
+            on_cell(done)
             bar.update()
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(run_cell, cell, quick) for cell in todo]
             for future in as_completed(futures):
                 done.append(future.result())
+                on_cell(done)
                 bar.update()
     bar.close()
     return done
@@ -412,24 +420,28 @@ def main(argv=None) -> None:
         parser.error(f'unknown parts {unknown}; parts are {list(PARTS)}')
     path = args.out or (RESULTS.parent / 'quick' / RESULTS.name if args.quick else RESULTS)
     start = time.perf_counter()
-    done = run(cells(parts, args.quick), args.jobs, args.quick)
     old = json.loads(path.read_text()) if path.is_file() else {'cells': []}
-    fresh = {_key(c) for c in done}
-    kept = [c for c in old.get('cells', []) if _key(c) not in fresh and c['part'] not in parts]
-    results = {'machine': f'{platform.machine()} ({platform.processor() or "cpu"})',
-               'torch': torch.__version__, 'jobs': args.jobs, 'quick': args.quick,
-               'wall_s': time.perf_counter() - start,
-               'core_s': sum(c['wall_s'] for c in done),
-               'runs': {**old.get('runs', {}), ','.join(parts): {
-                   'jobs': args.jobs, 'wall_s': time.perf_counter() - start,
-                   'core_s': sum(c['wall_s'] for c in done)}},
-               'cells': kept + sorted(done, key=lambda c: str(_key(c)))}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix('.tmp')
-    tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(path)
-    print(f'wrote {path}: {len(done)} cells in {results["wall_s"] / 60:.1f} min '
-          f'({results["core_s"] / 60:.1f} core-min)')
+
+    def write(done: List[dict]) -> None:
+        fresh = {_key(c) for c in done}
+        kept = [c for c in old.get('cells', [])
+                if _key(c) not in fresh and c['part'] not in parts]
+        wall_s, core_s = time.perf_counter() - start, sum(c['wall_s'] for c in done)
+        results = {'machine': f'{platform.machine()} ({platform.processor() or "cpu"})',
+                   'torch': torch.__version__, 'jobs': args.jobs, 'quick': args.quick,
+                   'wall_s': wall_s, 'core_s': core_s,
+                   'runs': {**old.get('runs', {}), ','.join(parts): {
+                       'jobs': args.jobs, 'wall_s': wall_s, 'core_s': core_s,
+                       'cells_done': len(done)}},
+                   'cells': kept + sorted(done, key=lambda c: str(_key(c)))}
+        tmp = path.with_suffix('.tmp')
+        tmp.write_text(json.dumps(results, indent=1))
+        tmp.replace(path)
+
+    done = run(cells(parts, args.quick), args.jobs, args.quick, write)
+    print(f'wrote {path}: {len(done)} cells in {(time.perf_counter() - start) / 60:.1f} min '
+          f"({sum(c['wall_s'] for c in done) / 60:.1f} core-min)")
 
 
 if __name__ == '__main__':
