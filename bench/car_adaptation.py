@@ -1,0 +1,114 @@
+"""
+Adaptation to a new surface while driving (issue 22 item 3), in simulation and on real data.
+
+1. Simulation (`sim`): the shipped sim model drives the oval with the MPC (target 1.75 m/s,
+   32 + 16 line-search steps, `demo_lap.drive_laps`: 240 Hz simulator, emulated mocap,
+   causal estimator); at `CHANGE_S` both friction coefficients halve (`sim.car.FrictionChange`).
+   Once without adaptation, once with `CarAdaptation`: every MPC tick gives it the estimated
+   state and the command by their stamps, it runs the updates its budget allows
+   (`train_pending`: deterministic, the node trains in a thread) and the MPC swaps in each
+   newly published copy of the weights (`weights_swapper`). Steady values: the laps that
+   end before the change (the first, from rest, excluded). Recovered: the third full lap
+   after the change is within 20 % of the steady lap time and max |lateral error|.
+2. Real data (`real`): the DART recordings on another surface (`81_circles_tape_and_tiles`,
+   two Vicon recordings of steady circles on tape and tiles; the shipped DART model's
+   training set included them, so base models are trained here without them): an MLP and the
+   bicycle trained on the other recordings; the MLP fine-tuned on the first `FIT_SHARE` of
+   each new-surface recording (the same `ContinualTrainer` updates as online, replayed); all
+   evaluated on the rest (1 s open-loop position error, one-step relative L1).
+Writes bench/results/car_adaptation.json. Usage: python -m bench.car_adaptation [sim|real].
+"""
+import copy
+import json
+from pathlib import Path
+import sys
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+from robot_dynamics_learning.control.demo_lap import drive_laps
+from robot_dynamics_learning.learning.car_adaptation import (CarAdaptation, CarAdaptationConfig,
+                                                             weights_swapper)
+from robot_dynamics_learning.sim.car import FrictionChange
+import torch
+
+RESULTS = Path(__file__).resolve().parent / 'results' / 'car_adaptation.json'
+TARGET_SPEED = 1.75
+CHANGE_S = 20.0
+LAPS = 7.0
+TOLERANCE = 0.2
+ADAPTATION = CarAdaptationConfig(min_transitions=20, batch_size=128, learning_rate=1e-3,
+                                 updates_per_transition=1.0, recent_capacity=400,
+                                 publish_every=10)
+
+
+def _laps_summary(lap_times: List[float], lateral: List[float], change_s: float) -> dict:
+    """Steady values before the change and the full laps after it (see the docstring)."""
+    ends = np.cumsum(lap_times)
+    before = [k for k in range(1, len(ends)) if ends[k] <= change_s]
+    after = [k for k in range(len(ends)) if ends[k] - lap_times[k] >= change_s]
+    steady_time = float(np.mean([lap_times[k] for k in before]))
+    steady_lateral = float(np.mean([lateral[k] for k in before]))
+    rel_time = [lap_times[k] / steady_time - 1.0 for k in after]
+    rel_lateral = [lateral[k] / steady_lateral - 1.0 for k in after]
+    within = [abs(t) <= TOLERANCE and abs(e) <= TOLERANCE for t, e in zip(rel_time, rel_lateral)]
+    return {'lap_times_s': lap_times, 'lap_max_lateral_m': lateral,
+            'steady_lap_time_s': steady_time, 'steady_max_lateral_m': steady_lateral,
+            'laps_after_change_relative_time': rel_time,
+            'laps_after_change_relative_lateral': rel_lateral,
+            'first_recovered_lap_after_change': (within.index(True) + 1 if any(within)
+                                                 else None),
+            'recovered_within_3_laps': len(within) >= 3 and within[2]}
+
+
+def sim_run(adapt: bool, seed: int = 0, config: CarAdaptationConfig = ADAPTATION) -> dict:
+    """Drive LAPS laps with friction halving at CHANGE_S, with or without adaptation."""
+    adaptation: Optional[CarAdaptation] = None
+    swaps = [0]
+
+    def on_tick(stamp: float, state: np.ndarray, command: np.ndarray, mpc) -> None:
+        nonlocal adaptation
+        if adaptation is None:
+            learner = copy.deepcopy(mpc.model)   # the MPC's copy is frozen (no gradients)
+            learner.requires_grad_(True)
+            adaptation = CarAdaptation(learner, config, np.random.default_rng(seed))
+            adaptation.swap = weights_swapper(adaptation, mpc.load_state_dict)
+        adaptation.add_state(stamp, state)
+        adaptation.add_command(stamp, command)
+        adaptation.train_pending()
+        swaps[0] += adaptation.swap()
+
+    started = time.perf_counter()
+    torch.manual_seed(seed)
+    lap = drive_laps(laps=LAPS, target_speed=TARGET_SPEED, candidates=32, refine_candidates=16,
+                     friction=FrictionChange(CHANGE_S, 0.5), seed=seed,
+                     max_time_s=LAPS * 15.0, on_tick=on_tick if adapt else None)
+    result = _laps_summary(lap['lap_times_s'], lap['lap_max_lateral_m'], CHANGE_S)
+    result.update(completed=lap['completed'], wall_s=time.perf_counter() - started,
+                  weight_swaps=swaps[0])
+    if adaptation is not None:
+        result['learner'] = adaptation.diagnostics()
+    return result
+
+
+def sim() -> Dict[str, dict]:
+    """Part 1: the same run without and with online adaptation."""
+    return {'target_speed_mps': TARGET_SPEED, 'friction_change_s': CHANGE_S,
+            'friction_factor': 0.5, 'tolerance': TOLERANCE,
+            'adaptation_config': ADAPTATION.__dict__,
+            'no_adaptation': sim_run(False), 'adaptation': sim_run(True)}
+
+
+def main(parts: List[str]) -> None:
+    """Run the asked parts (default both) and merge them into the JSON."""
+    torch.set_num_threads(1)
+    result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if 'sim' in parts:
+        result['sim'] = sim()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2, default=float))
+    print(json.dumps(result, indent=2, default=float))
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:] or ['sim', 'real'])
