@@ -19,6 +19,7 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
 Writes bench/results/car_adaptation.json. Usage: python -m bench.car_adaptation [sim|real].
 """
 import copy
+import dataclasses
 import json
 from pathlib import Path
 import sys
@@ -26,11 +27,16 @@ import time
 from typing import Dict, List, Optional
 
 import numpy as np
+from robot_dynamics_learning.control.car_training import DEFAULT_LR, train_car
 from robot_dynamics_learning.control.demo_lap import drive_laps
+from robot_dynamics_learning.data.datasets import load_rc_car, rc_car_files
+from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.learning.car_adaptation import (CarAdaptation, CarAdaptationConfig,
                                                              weights_swapper)
+from robot_dynamics_learning.models.car_common import car_dataset, CarModel, evaluate_car_model
 from robot_dynamics_learning.sim.car import FrictionChange
 import torch
+from tqdm import tqdm
 
 RESULTS = Path(__file__).resolve().parent / 'results' / 'car_adaptation.json'
 TARGET_SPEED = 1.75
@@ -99,12 +105,84 @@ def sim() -> Dict[str, dict]:
             'no_adaptation': sim_run(False), 'adaptation': sim_run(True)}
 
 
+NEW_SURFACE = '81_circles_tape_and_tiles'
+FIT_SHARE = 0.3
+BASE_EPOCHS = 150
+# learning rate: a quarter of each model's training rate (DEFAULT_LR); half of each batch
+# from the new surface (the ring), half from a uniform sample of everything (the reservoir,
+# mostly the old surface: against forgetting and over-fitting the few new transitions)
+FINE_TUNE = CarAdaptationConfig(batch_size=128, updates_per_transition=1.0,
+                                reservoir_transitions=5000, recent_fraction=0.5)
+
+
+def _head(trajectory: Trajectory, share: float, tail: bool = False) -> Trajectory:
+    """Return the first `share` of a drive by time (or the rest with tail)."""
+    cut = trajectory.time[0] + share * (trajectory.time[-1] - trajectory.time[0])
+    keep = trajectory.time > cut if tail else trajectory.time <= cut
+    return Trajectory(time=trajectory.time[keep], observations=trajectory.observations[keep],
+                      actions=trajectory.actions[keep], units=trajectory.units,
+                      source=f'{trajectory.source} ({"after" if tail else "up to"} {cut:.1f} s)')
+
+
+def fine_tune(model: CarModel, old, fit, learning_rate: float, seed: int = 0) -> CarModel:
+    """
+    Replay the transitions through `CarAdaptation`: the old surface's, then the new one's.
+
+    The old ones only fill the buffer (the warm-up: min_transitions is their count); each new
+    one is followed by the updates the budget allows, as online.
+    """
+    before, after = old.transitions(), fit.transitions()
+    count = before.observations.shape[0]
+    config = dataclasses.replace(FINE_TUNE, learning_rate=learning_rate, min_transitions=count,
+                                 recent_capacity=after.observations.shape[0])
+    adaptation = CarAdaptation(model, config, np.random.default_rng(seed))
+    stream = [(batch, k) for batch in (before, after) for k in range(batch.observations.shape[0])]
+    for n, (batch, k) in enumerate(tqdm(stream, desc='fine-tune', mininterval=2.0)):
+        adaptation.buffer.append(n * fit.h, batch.observations[k, 0].numpy(),
+                                 batch.actions[k, 0].numpy(), batch.targets[k, 0].numpy())
+        if n >= count:
+            adaptation.train_pending()
+    model.eval()
+    return model
+
+
+def real(h: float = 0.05) -> dict:
+    """Part 2: models from the other recordings, fine-tuned on the new surface's first part."""
+    files = rc_car_files()
+    new = [f for f in files if f.parent.name == NEW_SURFACE]
+    if not new:
+        raise FileNotFoundError(f'no {NEW_SURFACE} recordings with Vicon in the DART data')
+    old = car_dataset([load_rc_car(f) for f in files if f.parent.name != NEW_SURFACE], h)
+    drives = [load_rc_car(f) for f in new]
+    fit = car_dataset([_head(d, FIT_SHARE) for d in drives], h)
+    rest = car_dataset([_head(d, FIT_SHARE, tail=True) for d in drives], h)
+    horizon = int(round(1.0 / h))
+    result = {'new_surface': NEW_SURFACE, 'files': [f.name for f in new], 'fit_share': FIT_SHARE,
+              'fit_transitions': int(fit.transitions().observations.shape[0]),
+              'test_transitions': int(rest.transitions().observations.shape[0]),
+              'base_train_transitions': int(old.transitions().observations.shape[0]),
+              'base_epochs': BASE_EPOCHS, 'fine_tune_config': FINE_TUNE.__dict__}
+    for name in ('car_mlp', 'car_bicycle'):
+        model, _ = train_car(name, old, rest, BASE_EPOCHS, lr=DEFAULT_LR[name])
+        result[f'{name}_base'] = evaluate_car_model(model, rest, horizon)
+        result[f'{name}_fine_tuned'] = evaluate_car_model(
+            fine_tune(model, old, fit, DEFAULT_LR[name] / 4), rest, horizon)
+    mlp, bicycle = (result['car_mlp_fine_tuned']['position_error_m'],
+                    result['car_bicycle_base']['position_error_m'])
+    result['fine_tuned_mlp_beats_bicycle'] = mlp < bicycle
+    result['fine_tuned_mlp_beats_fine_tuned_bicycle'] = (
+        mlp < result['car_bicycle_fine_tuned']['position_error_m'])
+    return result
+
+
 def main(parts: List[str]) -> None:
     """Run the asked parts (default both) and merge them into the JSON."""
     torch.set_num_threads(1)
     result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if 'sim' in parts:
         result['sim'] = sim()
+    if 'real' in parts:
+        result['real'] = real()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2, default=float))
     print(json.dumps(result, indent=2, default=float))

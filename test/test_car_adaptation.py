@@ -54,6 +54,19 @@ def test_a_held_command_gives_one_transition_per_step_not_per_message():
     assert np.all(np.diff(starts) >= H - 1e-9)
 
 
+def test_a_command_opens_its_step_after_the_estimator_lag():
+    """command_delay_s: the step starts when the (lagging) states begin to show the command."""
+    builder = CarTransitions(H, command_delay_s=0.03)
+    builder.add_command(0.1, (0.3, 0.0))
+    done = []
+    for k in range(30):
+        done += builder.add_state(0.01 * k, state_at(0.01 * k))
+    assert len(done) == 1 and done[0].stamp == pytest.approx(0.13)
+    assert np.allclose(done[0].state[:2], state_at(0.13)[:2], atol=1e-3)
+    with pytest.raises(ValueError, match='command_delay_s'):
+        CarTransitions(H, command_delay_s=-0.1)
+
+
 def test_bad_input_is_dropped_and_counted():
     builder = CarTransitions(H, max_gap_s=0.1)
     builder.add_state(0.0, state_at(0.0))
@@ -93,6 +106,7 @@ def test_adaptation_fine_tunes_within_budget_and_refuses_nan(tmp_path):
     torch.manual_seed(0)
     model = build_car_model('car_bicycle')
     config = CarAdaptationConfig(min_transitions=20, batch_size=32, learning_rate=1e-2,
+                                 command_delay_s=0.0,   # true states: no estimator lag
                                  updates_per_transition=0.5, recent_capacity=100,
                                  publish_every=5)
     folder = CheckpointDirectory(tmp_path, prefix='car_model')
@@ -100,7 +114,7 @@ def test_adaptation_fine_tunes_within_budget_and_refuses_nan(tmp_path):
                                save=lambda m, meta: folder.save(m, metadata=meta))
     swapped = build_car_model('car_bicycle')
     swap = weights_swapper(adaptation, swapped.load_state_dict)
-    params = CarParams(dt=0.01)
+    params = CarParams(dt=0.025)
     drive(adaptation, params, 10.0)
     before = float(adaptation.buffer.total)
     updates = adaptation.train_pending()
@@ -132,15 +146,15 @@ def test_adaptation_lowers_the_error_on_a_new_surface():
     torch.manual_seed(0)
     model = build_car_model('car_bicycle')
     config = CarAdaptationConfig(min_transitions=50, batch_size=64, learning_rate=1e-2,
-                                 updates_per_transition=2.0, recent_capacity=400,
-                                 recent_fraction=1.0)
+                                 updates_per_transition=1.0, recent_capacity=200,
+                                 recent_fraction=1.0, command_delay_s=0.0)
     adaptation = CarAdaptation(model, config, np.random.default_rng(0), fit_normalization=True)
-    params = CarParams(dt=0.01)
-    drive(adaptation, params, 20.0)
+    params = CarParams(dt=0.025)
+    drive(adaptation, params, 10.0)
     adaptation.train_pending()
     slippery = FrictionChange(0.0, 0.5).params_at(params, 1.0)
-    drive(adaptation, slippery, 20.0, start=30.0, seed=1)
-    new = adaptation.buffer.recent(300)
+    drive(adaptation, slippery, 10.0, start=30.0, seed=1)
+    new = adaptation.buffer.recent(150)
     with torch.no_grad():
         before = float(model.loss(new)[0])
     adaptation.train_pending()

@@ -5,9 +5,12 @@ Two parts, both ROS-free (nodes/car_model_learner.py is their thin wrapper):
 
 - `CarTransitions` turns header-stamped states and commands into model-step transitions
   (o_t, u_t, o_{t+h}) on the stamps' time axis, never on a wall-clock timer: a transition
-  starts at a command's stamp (a new command value, or the same one held for h), its start
-  and end states are interpolated linearly between the received states at t and t + h
-  (yaw unwrapped). Dropped and counted: non-finite inputs, states or commands not newer
+  starts at a command's stamp plus `command_delay_s` (a new command value, or the same one
+  held for h), its start and end states are interpolated linearly between the received
+  states at t and t + h (yaw unwrapped). command_delay_s is the time from a command's stamp
+  until the states show its effect: a causal estimator's lag (car_state_estimator: about
+  window_s / 2) plus the actuation delay. Without it a step would mostly show the previous
+  command (a 40 ms lag is 80 % of a 50 ms step) and fine-tuning would teach the model that. Dropped and counted: non-finite inputs, states or commands not newer
   than the last, a bracket of states further apart than max_gap_s, a command replaced by a
   different one before h / 2 (the transition would mostly show another command). A state
   stamped more than 1 s before the last is a time reset (a looping bag): everything pending
@@ -48,11 +51,14 @@ class Transition(NamedTuple):
 class CarTransitions:
     """Header-stamped states and commands -> `Transition`s of step h (module docstring)."""
 
-    def __init__(self, h: float, max_gap_s: float = 0.1) -> None:
+    def __init__(self, h: float, max_gap_s: float = 0.1, command_delay_s: float = 0.0) -> None:
         if not (math.isfinite(h) and h > 0 and math.isfinite(max_gap_s) and max_gap_s > 0):
             raise ValueError(f'h and max_gap_s must be finite and > 0, got {h}, {max_gap_s}')
+        if not (math.isfinite(command_delay_s) and 0.0 <= command_delay_s <= 1.0):
+            raise ValueError(f'command_delay_s must be in [0, 1] s, got {command_delay_s}')
         self.h = h
         self.max_gap_s = max_gap_s
+        self.delay = command_delay_s
         self._stamps: List[float] = []
         self._states: List[np.ndarray] = []
         self._pending: List[list] = []   # [start stamp, command, next command's stamp or inf]
@@ -73,6 +79,7 @@ class CarTransitions:
     def add_command(self, stamp: float, command: Sequence[float]) -> None:
         """Take the command in force from `stamp` (s) on: (throttle, steering)."""
         command = np.asarray(command, dtype=np.float64)
+        stamp = stamp + self.delay   # when the states start to show it
         if command.shape != (2,) or not (np.all(np.isfinite(command)) and math.isfinite(stamp)):
             self.counts['dropped_non_finite'] += 1
             return
@@ -149,6 +156,7 @@ class CarAdaptationConfig:
     Settings of online car-model adaptation (car_model_learner parameters, config/car.yaml).
 
     h: model step (s); max_gap_s: widest bracket of states a transition may interpolate in;
+    command_delay_s: from a command's stamp until the states show it (`CarTransitions`);
     min_transitions: transitions before the first update (normalisation is fitted on them
     for a new model); batch_size, learning_rate, grad_clip: the updates; updates_per_transition:
     the budget (at most this many updates per transition received); recent_capacity:
@@ -161,6 +169,7 @@ class CarAdaptationConfig:
 
     h: float = 0.05
     max_gap_s: float = 0.1
+    command_delay_s: float = 0.04
     min_transitions: int = 200
     batch_size: int = 128
     learning_rate: float = 5e-4
@@ -206,7 +215,7 @@ class CarAdaptation:
             raise ValueError('the car model has no trainable parameters (an MPC freezes its '
                              'own: give the learner a copy of its own)')
         self.config = config
-        self.transitions = CarTransitions(config.h, config.max_gap_s)
+        self.transitions = CarTransitions(config.h, config.max_gap_s, config.command_delay_s)
         self.buffer = StreamingBuffer(6, 2, 6, config.buffer(), rng)
         self.trainer = ContinualTrainer(model, self.buffer, config.trainer(), save,
                                         fit_normalization)
