@@ -10,9 +10,10 @@ Two parts, both ROS-free (nodes/car_model_learner.py is their thin wrapper):
   states at t and t + h (yaw unwrapped). command_delay_s is the time from a command's stamp
   until the states show its effect: a causal estimator's lag (car_state_estimator: about
   window_s / 2) plus the actuation delay. Without it a step would mostly show the previous
-  command (a 40 ms lag is 80 % of a 50 ms step) and fine-tuning would teach the model that. Dropped and counted: non-finite inputs, states or commands not newer
-  than the last, a bracket of states further apart than max_gap_s, a command replaced by a
-  different one before h / 2 (the transition would mostly show another command). A state
+  command (a 40 ms lag is 80 % of a 50 ms step) and fine-tuning would teach the model that.
+  Dropped and counted: non-finite inputs, states or commands not newer than the last, a
+  bracket of states further apart than max_gap_s, a command replaced by a different one
+  before h / 2 (the transition would mostly show another command). A state
   stamped more than 1 s before the last is a time reset (a looping bag): everything pending
   is forgotten. Memory is bounded (the newest `STATE_HISTORY` states, `PENDING` open
   transitions).

@@ -48,9 +48,9 @@ class CarModelLearnerNode(Node):
         declare('h', defaults.h, 'model step = step of the transitions (s)', 0.005, 1.0)
         declare('max_gap_s', defaults.max_gap_s, 'widest gap between states a transition may '
                 'interpolate over (s)', 0.005, 1.0)
-        declare('command_delay_s', defaults.command_delay_s, 'from a command\'s stamp until '
-                'the states show it: the estimator lag (about its window_s / 2) plus actuation '
-                '(s)', 0.0, 1.0)
+        declare('command_delay_s', defaults.command_delay_s, 'time from the stamp of a command '
+                'until the states show it: the estimator lag (about its window_s / 2) plus '
+                'actuation (s)', 0.0, 1.0)
         declare('command_type', 'twist', f'command message type: {sorted(COMMAND_TYPES)}')
         declare('throttle_axis', 1, 'Joy axis of the throttle', 0, 64)
         declare('steering_axis', 3, 'Joy axis of the steering', 0, 64)
@@ -82,9 +82,9 @@ class CarModelLearnerNode(Node):
             raise ValueError(f'command_type must be one of {sorted(COMMAND_TYPES)}, got '
                              f'{command_type!r}')
         config = CarAdaptationConfig(**{name: get(name).value for name in (
-            'h', 'max_gap_s', 'command_delay_s', 'min_transitions', 'batch_size', 'learning_rate', 'grad_clip',
-            'updates_per_transition', 'recent_capacity', 'reservoir_transitions',
-            'recent_fraction', 'publish_every', 'save_period_s', 'train_cpu_share')})
+            'h', 'max_gap_s', 'command_delay_s', 'min_transitions', 'batch_size',
+            'learning_rate', 'grad_clip', 'updates_per_transition', 'recent_capacity',
+            'reservoir_transitions', 'recent_fraction', 'publish_every', 'save_period_s', 'train_cpu_share')})
         if get('checkpoint').value:
             model, fit = load_car_model(Path(get('checkpoint').value)), False
         else:
