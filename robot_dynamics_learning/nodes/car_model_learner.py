@@ -84,7 +84,8 @@ class CarModelLearnerNode(Node):
         config = CarAdaptationConfig(**{name: get(name).value for name in (
             'h', 'max_gap_s', 'command_delay_s', 'min_transitions', 'batch_size',
             'learning_rate', 'grad_clip', 'updates_per_transition', 'recent_capacity',
-            'reservoir_transitions', 'recent_fraction', 'publish_every', 'save_period_s', 'train_cpu_share')})
+            'reservoir_transitions', 'recent_fraction', 'publish_every', 'save_period_s',
+            'train_cpu_share')})
         if get('checkpoint').value:
             model, fit = load_car_model(Path(get('checkpoint').value)), False
         else:
