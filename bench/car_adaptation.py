@@ -9,7 +9,11 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
    (`train_pending`: deterministic, the node trains in a thread) and the MPC swaps in each
    newly published copy of the weights (`weights_swapper`). Steady values: the laps that
    end before the change (the first, from rest, excluded). Recovered: the third full lap
-   after the change is within 20 % of the steady lap time and max |lateral error|.
+   after the change is within 20 % of the steady lap time and max |lateral error|. Model
+   check: the shipped and the adapted model (the last published copy) on the true states of
+   the driving from `CHANGE_S` + 10 s on (1 s open-loop position error; the adapted model has
+   trained on the estimated states of the same driving: an in-sample check that it learned
+   the new surface, not a held-out score).
 2. Real data (`real`): the DART recordings on another surface (`81_circles_tape_and_tiles`,
    two Vicon recordings of steady circles on tape and tiles; the shipped DART model's
    training set included them, so base models are trained here without them): an MLP and the
@@ -76,11 +80,13 @@ def sim_run(adapt: bool, seed: int = 0, config: CarAdaptationConfig = ADAPTATION
     """Drive LAPS laps with friction halving at CHANGE_S, with or without adaptation."""
     adaptation: Optional[CarAdaptation] = None
     swaps = [0]
+    shipped: List[CarModel] = []
 
     def on_tick(stamp: float, state: np.ndarray, command: np.ndarray, mpc) -> None:
         nonlocal adaptation
         if adaptation is None:
             learner = copy.deepcopy(mpc.model)   # the MPC's copy is frozen (no gradients)
+            shipped.append(copy.deepcopy(mpc.model))
             learner.requires_grad_(True)
             adaptation = CarAdaptation(learner, config, np.random.default_rng(seed))
             adaptation.swap = weights_swapper(adaptation, mpc.load_state_dict)
@@ -99,6 +105,15 @@ def sim_run(adapt: bool, seed: int = 0, config: CarAdaptationConfig = ADAPTATION
                   weight_swaps=swaps[0])
     if adaptation is not None:
         result['learner'] = adaptation.diagnostics()
+        arrays = lap['arrays']
+        keep = arrays['time'] >= CHANGE_S + 10.0
+        driven = car_dataset([Trajectory(time=arrays['time'][keep],
+                                         observations=arrays['state'][keep, :3],
+                                         actions=arrays['command'][keep])], 0.05)
+        result['new_surface_position_error_1s_m'] = {
+            name: evaluate_car_model(model, driven, 20)['position_error_m']
+            for name, model in (('shipped', shipped[0]),
+                                ('adapted', adaptation.published().model))}
     return result
 
 
