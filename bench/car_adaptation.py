@@ -196,8 +196,9 @@ def real(h: float = 0.05) -> dict:
     return result
 
 
-def main(parts: List[str]) -> None:
+def main(parts: Optional[List[str]] = None) -> None:
     """Run the asked parts (default both) and merge them into the JSON."""
+    parts = parts or ['sim', 'real']
     torch.set_num_threads(1)
     result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if 'sim' in parts:
@@ -210,4 +211,4 @@ def main(parts: List[str]) -> None:
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:] or ['sim', 'real'])
+    main(sys.argv[1:])
