@@ -163,6 +163,21 @@ def test_fast_path_follows_the_declared_model_ability(mlp):
     assert TrackMPC(mlp, track, MPCConfig(fast=False)).fused is None
 
 
+def test_hot_swapped_weights_reach_the_fast_path(mlp):
+    """load_state_dict (car_mpc's reload, the adaptation bench's swap) rebuilds the rollout."""
+    mpc = TrackMPC(copy.deepcopy(mlp), Track(load_track_spec(OVAL)))
+    torch.manual_seed(7)
+    adapted = build_car_model('car_mlp').eval()
+    v0, actions = torch.randn(4, 3), torch.rand(4, 20, 2) * 2 - 1
+    before = mpc.fused.velocities(v0, actions).clone()
+    mpc.load_state_dict(adapted.state_dict())
+    with torch.no_grad():
+        expected = adapted.velocity_sequence(v0, actions).transpose(0, 1)
+    swapped = mpc.fused.velocities(v0, actions)
+    assert torch.allclose(swapped, expected, atol=1e-4)
+    assert not torch.allclose(swapped, before, atol=1e-3)
+
+
 def test_coarse_to_fine_search_finds_the_fine_minimum_with_fewer_rollouts():
     """48 rollouts (32 coarse + 16 fine) land where 512 do on a 1-D step-size minimum."""
     target = torch.full((4, 2), 0.37)
