@@ -14,30 +14,40 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
    the driving from `CHANGE_S` + 10 s on (1 s open-loop position error; the adapted model has
    trained on the estimated states of the same driving: an in-sample check that it learned
    the new surface, not a held-out score).
+   Oracle (`oracle`): what the MPC achieves on the new surface with a model that knows it:
+   the shipped model drives 4 laps on half friction from the start, a copy is fitted on the
+   true states of exactly that driving (100 one-step epochs, then 30 rollout epochs:
+   in-sample, an optimistic bound on what adaptation can give), and drives 4 laps again.
 2. Real data (`real`): the DART recordings on another surface (`81_circles_tape_and_tiles`,
    two Vicon recordings of steady circles on tape and tiles; the shipped DART model's
    training set included them, so base models are trained here without them): an MLP and the
    bicycle trained on the other recordings; the MLP fine-tuned on the first `FIT_SHARE` of
    each new-surface recording (the same `ContinualTrainer` updates as online, replayed); all
    evaluated on the rest (1 s open-loop position error, one-step relative L1).
-Writes bench/results/car_adaptation.json. Usage: python -m bench.car_adaptation [sim|real].
+Writes bench/results/car_adaptation.json. Usage: python -m bench.car_adaptation
+[sim|oracle|real ...] (default all).
 """
 import copy
 import dataclasses
+import functools
 import json
 from pathlib import Path
 import sys
+import tempfile
 import time
 from typing import Dict, List, Optional
 
 import numpy as np
-from robot_dynamics_learning.control.car_training import DEFAULT_LR, train_car
-from robot_dynamics_learning.control.demo_lap import drive_laps
+from robot_dynamics_learning.control.car_training import (DEFAULT_LR, fit_car_rollout,
+                                                          load_car_model, train_car)
+from robot_dynamics_learning.control.demo_lap import DEFAULT_MODEL, drive_laps
 from robot_dynamics_learning.data.datasets import load_rc_car, rc_car_files
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.learning.car_adaptation import (CarAdaptation, CarAdaptationConfig,
                                                              weights_swapper)
-from robot_dynamics_learning.models.car_common import car_dataset, CarModel, evaluate_car_model
+from robot_dynamics_learning.learning.checkpoint import save_checkpoint
+from robot_dynamics_learning.models.car_common import (car_dataset, CarModel,
+                                                       evaluate_car_model, fit_car_model)
 from robot_dynamics_learning.sim.car import FrictionChange
 import torch
 from tqdm import tqdm
@@ -105,11 +115,7 @@ def sim_run(adapt: bool, seed: int = 0, config: CarAdaptationConfig = ADAPTATION
                   weight_swaps=swaps[0])
     if adaptation is not None:
         result['learner'] = adaptation.diagnostics()
-        arrays = lap['arrays']
-        keep = arrays['time'] >= CHANGE_S + 10.0
-        driven = car_dataset([Trajectory(time=arrays['time'][keep],
-                                         observations=arrays['state'][keep, :3],
-                                         actions=arrays['command'][keep])], 0.05)
+        driven = _driven(lap['arrays'], CHANGE_S + 10.0)
         result['new_surface_position_error_1s_m'] = {
             name: evaluate_car_model(model, driven, 20)['position_error_m']
             for name, model in (('shipped', shipped[0]),
@@ -124,6 +130,37 @@ def sim() -> Dict[str, dict]:
     return {'target_speed_mps': TARGET_SPEED, 'friction_change_s': CHANGE_S,
             'friction_factor': 0.5, 'tolerance': TOLERANCE,
             'adaptation_config': ADAPTATION.__dict__, **runs}
+
+
+def _driven(arrays: dict, since_s: float = 0.0):
+    """Return the true states and commands of a `drive_laps` run from since_s as a data set."""
+    keep = arrays['time'] >= since_s
+    return car_dataset([Trajectory(time=arrays['time'][keep],
+                                   observations=arrays['state'][keep, :3],
+                                   actions=arrays['command'][keep])], 0.05)
+
+
+def oracle(laps: float = 4.0) -> dict:
+    """Laps on half friction with the shipped model, then with a copy fitted on them."""
+    half = FrictionChange(0.0, 0.5)
+    drive = functools.partial(drive_laps, laps=laps, target_speed=TARGET_SPEED, candidates=32,
+                              refine_candidates=16, friction=half, max_time_s=laps * 15.0)
+    shipped = drive()
+    data = _driven(shipped['arrays'])
+    model = load_car_model(DEFAULT_MODEL)
+    before = evaluate_car_model(model, data, 20)['position_error_m']
+    fit_car_model(model, data, 100, lr=5e-4)
+    fit_car_rollout(model, data, 30, lr=3e-4)
+    after = evaluate_car_model(model, data, 20)['position_error_m']
+    with tempfile.TemporaryDirectory() as folder:
+        path = save_checkpoint(Path(folder) / 'fitted.pt', model)
+        fitted = drive(model_path=path)
+    return {'shipped_model': {'lap_times_s': shipped['lap_times_s'],
+                              'lap_max_lateral_m': shipped['lap_max_lateral_m'],
+                              'position_error_1s_m': before},
+            'fitted_model': {'lap_times_s': fitted['lap_times_s'],
+                             'lap_max_lateral_m': fitted['lap_max_lateral_m'],
+                             'position_error_1s_m': after}}
 
 
 NEW_SURFACE = '81_circles_tape_and_tiles'
@@ -198,11 +235,13 @@ def real(h: float = 0.05) -> dict:
 
 def main(parts: Optional[List[str]] = None) -> None:
     """Run the asked parts (default both) and merge them into the JSON."""
-    parts = parts or ['sim', 'real']
+    parts = parts or ['sim', 'oracle', 'real']
     torch.set_num_threads(1)
     result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if 'sim' in parts:
         result['sim'] = sim()
+    if 'oracle' in parts:
+        result['oracle'] = oracle()
     if 'real' in parts:
         result['real'] = real()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
