@@ -7,6 +7,7 @@ BENCHMARKS = (
     'rbd',
     'mpc',
     'mpc_solvers',
+    'mpc_load',
     'bag_read',
     'models',
     'continual',

@@ -120,13 +120,86 @@ def test_mpc_brakes_on_a_bad_state(mpc):
     assert np.array_equal(result.command, [0.0, 0.0])
 
 
-def test_mpc_flags_a_missed_budget():
+def test_mpc_flags_a_missed_budget_without_degrade():
     model = build_car_model('car_bicycle')
-    mpc = TrackMPC(model, Track(load_track_spec(OVAL)), MPCConfig(budget_s=1e-6),
+    mpc = TrackMPC(model, Track(load_track_spec(OVAL)), MPCConfig(budget_s=1e-6, degrade=False),
                    LineSearchOptimizer(OptimizerConfig(iterations=1, candidates=8)))
     x, y, yaw = mpc.track.pose_at(0.0)
     result = mpc.solve(np.array([x, y, yaw, 1.0, 0.0, 0.0]))
     assert not result.ok and result.reason == 'budget'
+
+
+def test_degrading_mpc_drives_on_late_ticks_and_falls_back_to_the_warm_start():
+    """Over budget: the plan so far, then the shifted warm start, never twice in a row."""
+    mpc = TrackMPC(build_car_model('car_bicycle'), Track(load_track_spec(OVAL)),
+                   MPCConfig(budget_s=1e-6),
+                   LineSearchOptimizer(OptimizerConfig(iterations=3, candidates=8)))
+    x, y, yaw = mpc.track.pose_at(0.0)
+    state = np.array([x, y, yaw, 1.0, 0.0, 0.0])
+    first = mpc.solve(state)   # no previous plan: one iteration runs, late but driven
+    assert first.ok and first.reason == 'late' and first.iterations == 1
+    shifted = mpc.warm_start()
+    second = mpc.solve(state)  # the last tick's iteration does not fit: the warm start
+    assert second.ok and second.reason == 'warm_start' and second.iterations == 0
+    assert np.allclose(second.plan, shifted.numpy()) and math.isfinite(second.cost)
+    assert mpc.solve(state).reason == 'late'   # next tick optimises again
+
+
+def test_mpc_brakes_on_a_plan_that_fails_the_safety_checks(monkeypatch):
+    mpc = TrackMPC(build_car_model('car_bicycle'), Track(load_track_spec(OVAL)),
+                   MPCConfig(budget_s=10.0, max_speed=0.01),   # any motion is "too fast"
+                   LineSearchOptimizer(OptimizerConfig(iterations=1, candidates=8)))
+    x, y, yaw = mpc.track.pose_at(0.0)
+    result = mpc.solve(np.array([x, y, yaw, 1.0, 0.0, 0.0]))
+    assert not result.ok and result.reason == 'unsafe_plan'
+    assert np.array_equal(result.command, [0.0, 0.0]) and mpc.warm_start()[0, 0] > 0.0
+
+
+def test_fast_path_follows_the_declared_model_ability(mlp):
+    """The MPC asks the model for a fused rollout: the MLP has one, the bicycle has none."""
+    track = Track(load_track_spec(OVAL))
+    assert isinstance(TrackMPC(mlp, track).fused, FusedRollout)
+    assert TrackMPC(build_car_model('car_bicycle'), track).fused is None
+    assert TrackMPC(mlp, track, MPCConfig(fast=False)).fused is None
+
+
+def test_hot_swapped_weights_reach_the_fast_path(mlp):
+    """load_state_dict (car_mpc's reload, the adaptation bench's swap) rebuilds the rollout."""
+    mpc = TrackMPC(copy.deepcopy(mlp), Track(load_track_spec(OVAL)))
+    torch.manual_seed(7)
+    adapted = build_car_model('car_mlp').eval()
+    v0, actions = torch.randn(4, 3), torch.rand(4, 20, 2) * 2 - 1
+    before = mpc.fused.velocities(v0, actions).clone()
+    mpc.load_state_dict(adapted.state_dict())
+    with torch.no_grad():
+        expected = adapted.velocity_sequence(v0, actions).transpose(0, 1)
+    swapped = mpc.fused.velocities(v0, actions)
+    assert torch.allclose(swapped, expected, atol=1e-4)
+    assert not torch.allclose(swapped, before, atol=1e-3)
+
+
+def test_coarse_to_fine_search_finds_the_fine_minimum_with_fewer_rollouts():
+    """48 rollouts (32 coarse + 16 fine) land where 512 do on a 1-D step-size minimum."""
+    target = torch.full((4, 2), 0.37)
+    evaluated = []
+
+    def cost(u):
+        evaluated.append(u.shape[0])
+        return ((u - target) ** 2).sum((1, 2))
+
+    results = {}
+    for candidates, refine in ((512, 0), (32, 16)):
+        evaluated.clear()
+        optimizer = LineSearchOptimizer(OptimizerConfig(iterations=1, candidates=candidates,
+                                                        refine_candidates=refine))
+        u, info = optimizer.optimize(cost, torch.zeros(4, 2))
+        results[candidates] = (info.cost, sum(evaluated), info.initial_cost)
+    assert results[32][1] == 1 + 32 + 17 < results[512][1]   # gradient + coarse + fine
+    # both reduce the cost 1.1 -> about 1e-4: within 1 % of the start cost of each other
+    assert abs(results[32][0] - results[512][0]) <= 0.01 * results[512][2]
+    assert results[32][0] < 1e-3
+    with pytest.raises(ValueError, match='refine_candidates'):
+        OptimizerConfig(refine_candidates=-1)
 
 
 def test_mpc_config_is_validated():

@@ -212,7 +212,7 @@ def test_model_learner_learns_from_driving_and_writes_checkpoints(tmp_path):
     folder = tmp_path / 'models'
     process = start_node('car_model_learner', params={
         'checkpoint_dir': str(folder), 'min_transitions': 20, 'batch_size': 16,
-        'steps_per_round': 5, 'save_period_s': 0.5, 'model': 'car_bicycle'},
+        'save_period_s': 0.5, 'model': 'car_bicycle'},
         log_path=tmp_path / 'learner.log')
     try:
         with TestNode('learner_probe') as probe:

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from robot_dynamics_learning.sim.car import (car_step, CarParams, collect_driving, DrivingStyle,
-                                             emulate_mocap, MocapNoise, rear_slip_angle,
+                                             emulate_mocap, FrictionChange, MocapNoise,
+                                             rear_slip_angle,
                                              reset_indices, simulate, slip_angle)
 from robot_dynamics_learning.sim.driving import simulated_drives
 
@@ -125,3 +126,23 @@ def test_stepped_commands_jump_and_long_drifts_slide_more():
         DrivingStyle())
     with pytest.raises(ValueError, match='drift_probability'):
         DrivingStyle(drift_probability=1.5)
+
+
+def test_friction_change_halves_the_grip_from_its_time_on():
+    params = CarParams()
+    change = FrictionChange(2.0, 0.5)
+    assert change.params_at(params, 1.9) is params
+    slippery = change.params_at(params, 2.0)
+    assert slippery.mu_static == pytest.approx(0.35) and slippery.mu_dynamic == pytest.approx(
+        0.225)
+    # a steady turn (4 m/s^2 sideways) that grips on the old surface slides on the new one
+    slipping = []
+    for surface in (params, slippery):
+        state, slips = np.array([[0.0, 0.0, 0.0, 1.75, 0.0, 0.0]]), 0
+        for k in range(200):
+            state, slip = car_step(state, np.array([[0.5, 0.5]]), surface)
+            slips += k >= 100 and bool(slip.any())
+        slipping.append(slips)
+    assert slipping[0] == 0 and slipping[1] > 50
+    with pytest.raises(ValueError, match='factor'):
+        FrictionChange(1.0, 0.0)

@@ -8,7 +8,7 @@ real car. Saves car_lap.png (track, path, commands) and car_lap.json.
 """
 import json
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 from robot_dynamics_learning.control.car_training import load_car_model
@@ -17,24 +17,30 @@ from robot_dynamics_learning.control.nlp import make_optimizer
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimator
-from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
+from robot_dynamics_learning.sim.car import (car_step, CarParams, emulate_mocap,
+                                             FrictionChange, MocapNoise)
 import torch
 from tqdm import tqdm
 
 DEFAULT_MODEL = resource('config/models/car_mlp_sim.pt')
 DEFAULT_TRACK = resource('config/tracks/oval.yaml')
 DEFAULT_SOLVER = 'line_search'   # the car_mpc node's default (config/car.yaml)
+# Called after each MPC tick with (the state's stamp in s, the estimated state, the command
+# sent, the MPC): the online-adaptation bench feeds its learner and swaps weights there.
+TickHook = Callable[[float, np.ndarray, np.ndarray, TrackMPC], None]
 
 
 def build_mpc(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK,
               target_speed: float = 1.5, iterations: int = 3,
               candidates: int = 512, solver: str = DEFAULT_SOLVER,
-              budget_s: float = 10.0) -> TrackMPC:
+              budget_s: float = 10.0, refine_candidates: int = 0,
+              degrade: bool = True) -> TrackMPC:
     """Return the lap's MPC (one torch thread; default budget 10 s: solve time not simulated)."""
     torch.set_num_threads(1)
     return TrackMPC(load_car_model(Path(model_path)), Track(load_track_spec(Path(track_path))),
-                    MPCConfig(target_speed=target_speed, budget_s=budget_s),
-                    make_optimizer(solver, MPCConfig.horizon, iterations, candidates))
+                    MPCConfig(target_speed=target_speed, budget_s=budget_s, degrade=degrade),
+                    make_optimizer(solver, MPCConfig.horizon, iterations, candidates,
+                                   refine_candidates=refine_candidates))
 
 
 def solve_ms(candidates: int = 512, solves: int = 3) -> float:
@@ -56,8 +62,10 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
                laps: float = 1.0, target_speed: float = 1.5, iterations: int = 3,
                candidates: int = 512, seed: int = 0, max_time_s: float = 60.0,
                noise: Optional[MocapNoise] = None, solver: str = DEFAULT_SOLVER,
-               budget_s: Optional[float] = None, progress: bool = False
-               ) -> Dict[str, object]:
+               budget_s: Optional[float] = None, progress: bool = False,
+               refine_candidates: int = 0, degrade: bool = True,
+               friction: Optional[FrictionChange] = None,
+               on_tick: Optional[TickHook] = None) -> Dict[str, object]:
     """
     Drive `laps` laps in simulated time; return metrics and the logged arrays.
 
@@ -65,11 +73,13 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
 
     The simulator runs at 240 Hz with mocap at every step; the MPC ticks every model step h
     on the estimator's state. Solve time is not simulated (the control loop is ideal) unless
-    `budget_s` is given: then, as car_mpc does, a tick whose solve took longer sends the
-    brake command (counted in `budget_misses`).
+    `budget_s` is given: then a tick that misses it drives on its plan so far with `degrade`
+    (counted in `late_ticks`), and without it, as car_mpc did, sends the brake command and
+    forgets the warm start (counted in `brakes`). friction: a surface change during the run;
+    on_tick: see `TickHook`. Per lap: `lap_times_s` and `lap_max_lateral_m`.
     """
     mpc = build_mpc(model_path, track_path, target_speed, iterations, candidates, solver,
-                    10.0 if budget_s is None else budget_s)
+                    10.0 if budget_s is None else budget_s, refine_candidates, degrade)
     model, track = mpc.model, mpc.track
     noise = noise or MocapNoise()
     rng = np.random.default_rng(seed)
@@ -79,7 +89,8 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
     state[0, :3] = track.pose_at(0.0)
     estimator = MocapEstimator(emulated_mocap_config())
     log = {'time': [], 'state': [], 'command': [], 'lateral': [], 'solve_s': [],
-           'iterations': []}
+           'iterations': [], 'late': [], 'brake': []}
+    lap_ends, lap_lateral = [0.0], [0.0]
     travelled, last_s, sim_time = 0.0, track.coordinates(state[0, :2])[0], 0.0
     command = np.zeros(2)
     bar = tqdm(total=round(max_time_s), disable=not progress, desc='lap', unit='sim s',
@@ -89,10 +100,17 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
         if estimate is not None:
             result = mpc.solve(estimate.state)
             command = result.command if result.ok else mpc.brake
+            if not result.ok:
+                mpc.reset()   # as car_mpc: a brake forgets the warm start
             log['solve_s'].append(result.seconds)
             log['iterations'].append(result.iterations)
+            log['late'].append(result.reason in ('late', 'warm_start'))
+            log['brake'].append(not result.ok)
+            if on_tick is not None:
+                on_tick(estimate.stamp, estimate.state, command, mpc)
         for _ in range(substeps):
-            state, _ = car_step(state, command[None], params)
+            surface = params if friction is None else friction.params_at(params, sim_time)
+            state, _ = car_step(state, command[None], surface)
             sim_time += params.dt
             valid, pose = emulate_mocap(state, noise, rng)
             if valid[0]:
@@ -100,6 +118,10 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
         s, lateral = track.coordinates(state[0, :2])
         travelled += (s - last_s + track.length / 2) % track.length - track.length / 2
         last_s = s
+        lap_lateral[-1] = max(lap_lateral[-1], abs(lateral))
+        if travelled >= len(lap_ends) * track.length:
+            lap_ends.append(sim_time)
+            lap_lateral.append(0.0)
         log['time'].append(sim_time)
         log['state'].append(state[0].copy())
         log['command'].append(command.copy())
@@ -117,6 +139,9 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
         'left_track': bool(lateral.max() > track.half_width),
         'mean_speed_mps': float(np.mean(np.hypot(arrays['state'][:, 3], arrays['state'][:, 4]))),
         'budget_misses': int(np.sum(arrays['solve_s'] > mpc.config.budget_s)),
+        'late_ticks': int(np.sum(arrays['late'])), 'brakes': int(np.sum(arrays['brake'])),
+        'lap_times_s': np.diff(lap_ends).tolist(),
+        'lap_max_lateral_m': lap_lateral[:len(lap_ends) - 1],
         'ticks': int(len(arrays['solve_s'])), 'solver': solver,
         'solve_ms_p50': float(np.percentile(arrays['solve_s'], 50) * 1e3),
         'solve_ms_p99': float(np.percentile(arrays['solve_s'], 99) * 1e3),

@@ -5,31 +5,36 @@ Each tick: warm start from the previous plan shifted by one step, optimise the H
 controls with `LineSearchOptimizer` on progress, speed, track-excursion, regulariser and
 limit-barrier costs evaluated through the model's rollout, and return the first command
 clipped to the hard limits. Any `Optimizer` may replace the line search: IPOPT through
-CasADi (`control/nlp.py`, `solver: ipopt` in car_mpc) optimises the same closures. With
-the seed's MLP (`CarMLP`) the solver runs the fast path:
-`FusedRollout` evaluates the 512 line-search candidates without autograd in reused buffers
-and gives the gradient by its hand-written reverse pass, the track costs by theirs
-(`_track_cost_grad`; autograd only through the projection, at batch 1); other models,
-`fast=False` and `compiled` use autograd through the whole rollout (the reference path).
+CasADi (`control/nlp.py`, `solver: ipopt` in car_mpc) optimises the same closures. With a
+model that has a fused rollout (`CarModel.fused_rollout()`: the seed's MLP,
+`car_mlp.FusedRollout`) the solver runs the fast path: it evaluates the line-search
+candidates without autograd in reused buffers and gives the gradient by its hand-written
+reverse pass, the track costs by theirs (`_track_cost_grad`; autograd only through the
+projection, at batch 1); other models, `fast=False` and `compiled` use autograd through the
+whole rollout (the reference path).
 The wrapper owns horizon, bounds, warm start and failure handling: a non-finite state, a
-failed optimisation or a non-finite command gives the brake command with the reason, and a
-solve over its time budget is flagged (`ok` False) so that the caller brakes.
+failed optimisation or a plan that fails the safety checks (`plan_is_safe`: finite controls,
+cost and predicted states, speeds within max_speed, command inside the limits) gives the
+brake command with the reason. Over budget (`degrade`, the default) it degrades instead of
+braking: the plan found so far is used (reason 'late'), and when the last tick showed that
+not even one iteration fits before the deadline, the shifted warm start itself (reason
+'warm_start'; never twice in a row, and never without a previous plan). With degrade off a
+solve over its budget is flagged (`ok` False) so that the caller brakes.
 """
 from dataclasses import dataclass
 import math
 import os
 import time
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import numpy as np
 from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
                                                    limit_barrier_grad, progress_cost,
                                                    regularizer, regularizer_grad)
-from robot_dynamics_learning.control.optimizer import (LineSearchOptimizer, Optimizer,
-                                                       OptimizerConfig)
+from robot_dynamics_learning.control.optimizer import (LineSearchOptimizer, OptimizeInfo,
+                                                       Optimizer, OptimizerConfig)
 from robot_dynamics_learning.control.track import Track
 from robot_dynamics_learning.models.car_base import CarModel, integrate_poses
-from robot_dynamics_learning.models.car_mlp import CarMLP, FusedRollout
 import torch
 
 
@@ -42,10 +47,12 @@ class MPCConfig:
     the output is clipped); brake_command: sent on any failure; budget_s: compute budget of
     one tick; max_speed: bounds the track window searched for projections; compiled: run the
     cost through torch.compile (the first solve compiles for a minute or more and needs a C++
-    toolchain; autograd path); fast: use `FusedRollout` (hand-written gradient) when the
-    model is a `CarMLP`; line_search_threads: threads sharing the fast path's batched
-    line-search rollouts (2 where a second core is free: about 1.6x faster line searches;
-    0 picks by the cores this process may use, `auto_line_search_threads`).
+    toolchain; autograd path); fast: use the model's `fused_rollout()` (hand-written
+    gradient) when it has one; degrade: over budget, use the best plan so far instead of
+    flagging the tick for a brake (module docstring); line_search_threads: threads sharing
+    the fast path's batched line-search rollouts (2 where a second core is free: about 1.6x
+    faster line searches; 0 picks by the cores this process may use,
+    `auto_line_search_threads`).
     """
 
     horizon: int = 20
@@ -66,6 +73,7 @@ class MPCConfig:
     initial_throttle: float = 0.3
     compiled: bool = False
     fast: bool = True
+    degrade: bool = True
     line_search_threads: int = 0
 
     def __post_init__(self) -> None:
@@ -120,8 +128,10 @@ class MPCResult(NamedTuple):
     """
     One tick: command (2,) to send, plan (H, 2), predicted states (H, 6) or None.
 
-    ok is False when the command is the brake (reason says why) or the budget was missed
-    (reason 'budget'; command is then the solver's, the caller decides to brake).
+    ok is False when the command is the brake (reason says why) or, with degrade off, the
+    budget was missed (reason 'budget'; command is then the solver's, the caller decides to
+    brake). With degrade a late tick is ok with reason 'late' ('warm_start': no iteration
+    ran, the shifted previous plan is used).
     """
 
     command: np.ndarray
@@ -156,15 +166,16 @@ class TrackMPC:
         self._previous = torch.zeros(2)
         self._cost_impl = (torch.compile(self._cost, dynamic=False) if config.compiled
                            else self._cost)
-        self.fused: Optional[FusedRollout] = None
+        self.fused: Optional[Any] = None
+        self._iteration_s = 0.0   # mean iteration time of the last optimised tick
+        self._skipped = False     # the last tick used the warm start without optimising
         self._refresh()
 
     def _refresh(self) -> None:
         """(Re)build the fast path from the model's current weights."""
         threads = self.config.line_search_threads or auto_line_search_threads()
-        self.fused = (FusedRollout(self.model, threads)
-                      if self.config.fast and not self.config.compiled
-                      and isinstance(self.model, CarMLP) else None)
+        self.fused = (self.model.fused_rollout(threads)
+                      if self.config.fast and not self.config.compiled else None)
 
     def load_state_dict(self, state: dict) -> None:
         """Load new model weights (e.g. from the online learner) and rebuild the fast path."""
@@ -336,8 +347,36 @@ class TrackMPC:
         self.reset()
         return time.perf_counter() - start
 
+    def plan_is_safe(self, plan: torch.Tensor, predicted: torch.Tensor, cost: float) -> bool:
+        """Return True for finite controls, cost and states with speeds within max_speed."""
+        return bool(math.isfinite(cost) and torch.isfinite(plan).all()
+                    and torch.isfinite(predicted).all()
+                    and predicted[:, 3:5].norm(dim=-1).max() <= self.config.max_speed)
+
+    def _skip_optimisation(self, deadline: float) -> bool:
+        """Degrade: return True when not one iteration (as long as last tick's) fits."""
+        skip = (self.config.degrade and self._plan is not None and not self._skipped
+                and time.perf_counter() + self._iteration_s > deadline)
+        self._skipped = skip
+        return skip
+
+    def _optimise(self, cost_fn: Callable, grad_fn: Optional[Callable], iterations: Optional[int],
+                  deadline: float) -> Tuple[torch.Tensor, OptimizeInfo]:
+        """Optimise from the warm start, or (degrade, no time) return it with its cost."""
+        u_init = self.warm_start()
+        if self._skip_optimisation(deadline):
+            with torch.no_grad():
+                cost = float(cost_fn(u_init.unsqueeze(0))[0])
+            return u_init, OptimizeInfo(cost, cost, 0, False, 0.0)
+        plan, info = self.optimizer.optimize(cost_fn, u_init, iterations, deadline=deadline,
+                                             grad_fn=grad_fn, bounds=(self.lower, self.upper))
+        if info.iterations:
+            self._iteration_s = info.seconds / info.iterations
+        return plan, info
+
     def _brake(self, reason: str, seconds: float) -> MPCResult:
         self._plan = None
+        self._skipped = False
         self._previous = torch.as_tensor(self.brake, dtype=torch.float32)
         return MPCResult(self.brake.copy(), None, None, math.nan, 0, seconds, False, reason)
 
@@ -370,8 +409,8 @@ class TrackMPC:
         delay_s (s): expected time from the state's measurement until the command applies;
         the plan starts from the state predicted that far ahead (`predict_ahead`).
         budget_s: what is left of this tick's budget (default config.budget_s); an iteration
-        that would end after 70 % of it is skipped (at least one always runs; the rest is
-        margin for the final rollout and scheduling jitter).
+        that would end after 70 % of it is skipped (the rest is margin for the final rollout
+        and scheduling jitter; at least one runs unless degrade chose the warm start).
         """
         start = time.perf_counter()
         budget = self.config.budget_s if budget_s is None else budget_s
@@ -385,10 +424,7 @@ class TrackMPC:
                 cost_fn, grad_fn, predict_fn = self.fast_closures(state)
             else:
                 cost_fn, grad_fn, predict_fn = self.cost_closure(state), None, self._rollout(state)
-            plan, info = self.optimizer.optimize(cost_fn, self.warm_start(), iterations,
-                                                 deadline=start + 0.7 * budget,
-                                                 grad_fn=grad_fn,
-                                                 bounds=(self.lower, self.upper))
+            plan, info = self._optimise(cost_fn, grad_fn, iterations, start + 0.7 * budget)
             with torch.no_grad():
                 predicted = predict_fn(plan)
         except ValueError as error:
@@ -397,9 +433,13 @@ class TrackMPC:
                           self.lower.numpy(), self.upper.numpy())
         if not self.config.within_limits(command):
             return self._brake('non_finite_command', time.perf_counter() - start)
+        if not self.plan_is_safe(plan, predicted, info.cost):
+            return self._brake('unsafe_plan', time.perf_counter() - start)
         self._plan = torch.clamp(plan, self.lower, self.upper)
         self._previous = torch.as_tensor(command, dtype=torch.float32)
         seconds = time.perf_counter() - start
-        ok = seconds <= budget
+        late = seconds > budget
+        reason = ('warm_start' if not info.iterations else
+                  'budget' if late and not self.config.degrade else 'late' if late else 'ok')
         return MPCResult(command, self._plan.numpy().copy(), predicted.numpy().copy(),
-                         info.cost, info.iterations, seconds, ok, 'ok' if ok else 'budget')
+                         info.cost, info.iterations, seconds, reason != 'budget', reason)

@@ -10,8 +10,15 @@ None when u did not come from it, so that a closure that kept that forward pass 
 it), then evaluates u - alpha * d for `candidates` step sizes alpha
 spaced logarithmically in [min_step, max_step] in one batch (inference mode, one reused
 candidate buffer) and keeps the cheapest.
-Deviation from the seed: the direction d is the gradient scaled to a largest entry of
-`step_scale` (control units), so the step-size range means the same for every cost scale.
+Coarse to fine (`refine_candidates` > 0): the same search with few `candidates`, then a
+second batch of `refine_candidates` step sizes spaced logarithmically between the best coarse
+step's two neighbours (the best coarse candidate is that batch's first entry, so the chosen
+controls always come from the last batch: the MPC's fast gradient reuses its rollout). Why:
+the cost along the direction is smooth at the spacing of 512 steps over six decades
+(factor 1.027); 32 + 16 steps reach nearly the same minimum for a tenth of the rollouts.
+Deviations from the seed: the direction d is the gradient scaled to a largest entry of
+`step_scale` (control units), so the step-size range means the same for every cost scale;
+the coarse-to-fine option.
 """
 from dataclasses import dataclass
 import math
@@ -31,10 +38,14 @@ class OptimizerConfig:
 
     stop_early: stop when an iteration improves the cost by less than `tolerance` (turn off
     to run exactly `iterations`, e.g. for timing).
+    refine_candidates: 0 searches `candidates` step sizes in one batch (the seed); > 0 adds
+    a finer batch of this many around the best of the `candidates` (see the module
+    docstring).
     """
 
     iterations: int = 3
     candidates: int = 512
+    refine_candidates: int = 0
     min_step: float = 1e-6
     max_step: float = 1.0
     step_scale: float = 1.0
@@ -46,6 +57,8 @@ class OptimizerConfig:
         if self.iterations < 1 or self.candidates < 1:
             raise ValueError(f'iterations and candidates must be >= 1, got {self.iterations}, '
                              f'{self.candidates}')
+        if self.refine_candidates < 0:
+            raise ValueError(f'refine_candidates must be >= 0, got {self.refine_candidates}')
         if not 0 < self.min_step <= self.max_step:
             raise ValueError(f'need 0 < min_step <= max_step, got {self.min_step}, '
                              f'{self.max_step}')
@@ -82,7 +95,12 @@ class LineSearchOptimizer:
         self.config = config
         self.steps = torch.logspace(math.log10(config.min_step), math.log10(config.max_step),
                                     config.candidates).view(-1, 1, 1)
-        self._candidates: Optional[torch.Tensor] = None
+        # Coarse to fine: the fine batch spans a coarse step's two neighbours (log spacing).
+        spacing = (math.log(config.max_step / config.min_step) / (config.candidates - 1)
+                   if config.candidates > 1 else 0.0)
+        self._fine_offsets = torch.exp(torch.linspace(-spacing, spacing,
+                                                      config.refine_candidates))
+        self._candidates: dict = {}
 
     def optimize(self, cost_fn: CostFn, u_init: torch.Tensor,
                  iterations: Optional[int] = None,
@@ -148,19 +166,32 @@ class LineSearchOptimizer:
         if scale == 0.0:
             return u, current, current, None
         direction = grad * (self.config.step_scale / scale)
-        candidates = self._buffer(u.shape)
         with torch.inference_mode():
-            torch.sub(u.unsqueeze(0), self.steps * direction.unsqueeze(0), out=candidates)
-            costs = cost_fn(candidates)
-            costs = torch.where(torch.isfinite(costs), costs, torch.full_like(costs, math.inf))
-            best = int(torch.argmin(costs))
-            best_cost = float(costs[best])
+            candidates, best, best_cost = self._search(cost_fn, u, direction, self.steps)
+            if self.config.refine_candidates and self.config.candidates > 1:
+                step = float(self.steps[best])
+                fine = torch.cat([self.steps[best].view(1), torch.clamp(
+                    step * self._fine_offsets, self.config.min_step, self.config.max_step)])
+                candidates, best, best_cost = self._search(cost_fn, u, direction,
+                                                           fine.view(-1, 1, 1))
         if best_cost < current:
             return candidates[best].clone(), best_cost, current, best
         return u, current, current, None
 
-    def _buffer(self, shape: torch.Size) -> torch.Tensor:
-        """Return the (candidates, H, m) line-search buffer, reused while H and m stay."""
-        if self._candidates is None or self._candidates.shape[1:] != shape:
-            self._candidates = torch.empty(self.config.candidates, *shape)
-        return self._candidates
+    def _search(self, cost_fn: CostFn, u: torch.Tensor, direction: torch.Tensor,
+                steps: torch.Tensor) -> Tuple[torch.Tensor, int, float]:
+        """Cost u - step * direction for (K, 1, 1) steps in one batch; return the best."""
+        candidates = self._buffer(steps.shape[0], u.shape)
+        torch.sub(u.unsqueeze(0), steps * direction.unsqueeze(0), out=candidates)
+        costs = cost_fn(candidates)
+        costs = torch.where(torch.isfinite(costs), costs, torch.full_like(costs, math.inf))
+        best = int(torch.argmin(costs))
+        return candidates, best, float(costs[best])
+
+    def _buffer(self, count: int, shape: torch.Size) -> torch.Tensor:
+        """Return a (count, H, m) line-search buffer, reused while the sizes stay."""
+        key = (count, *shape)
+        if key not in self._candidates:
+            with torch.inference_mode(False):   # a normal tensor, written in inference mode
+                self._candidates[key] = torch.empty(key)
+        return self._candidates[key]

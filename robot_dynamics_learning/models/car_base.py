@@ -69,6 +69,15 @@ class CarModel(DynamicsModel):
         pose = integrate_pose(observation[:, :3], observation[:, 3:], v_next, self.h)
         return torch.cat([pose, v_next], dim=1)
 
+    def fused_rollout(self, workers: int = 1) -> Optional[Any]:
+        """
+        Return the model's fast MPC rollout (the interface of `car_mlp.FusedRollout`) or None.
+
+        An optional ability: a model with a hand-written batched rollout and reverse pass
+        returns one built from its current weights; the MPC uses autograd without it.
+        """
+        return None
+
     def init_state(self, batch_size: int) -> None:
         """Return None: the car models are stateless (the observation is the state)."""
         return None

@@ -71,6 +71,10 @@ class CarMLP(CarModel):
         self.out_mean.copy_(deltas.mean(0))
         self.out_std.copy_(deltas.std(0).clamp_min(1e-4))
 
+    def fused_rollout(self, workers: int = 1) -> 'FusedRollout':
+        """Return a `FusedRollout` of the current weights (rebuild after they change)."""
+        return FusedRollout(self, workers)
+
     def velocity_step(self, v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """Next body velocities (B, 3) = v + de-normalised MLP output."""
         x = (torch.cat([v, u], dim=-1) - self.in_mean) / self.in_std

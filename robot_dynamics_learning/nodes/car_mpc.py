@@ -15,7 +15,9 @@ the node clock (sim time with use_sim_time), not by when it was received: a late
 state stays stale. A state whose stamp is not newer than the last one is dropped and counted,
 one stamped more than stale_timeout_s in the future too, and after a brake the node only
 drives again from a state stamped after the one the brake was judged on. A tick whose solve
-misses budget_s, fails, or finds the state stale sends the brake too.
+fails, whose plan fails the safety checks, or that finds the state stale sends the brake too;
+one that misses budget_s drives on the best plan found so far (`degrade`, the default;
+counted in late_ticks and warm_start_ticks), or brakes with degrade false.
 use_sim_time cannot change at run time (refused): without /clock it would stop both timers.
 Counters (commands, brake_*, rejected_*) and solve-time percentiles go to /diagnostics twice
 a second.
@@ -67,10 +69,14 @@ class CarMPCNode(Node):
                 'seed 003, gradient step + batched line search; ipopt: IPOPT via CasADi on the '
                 'same cost, docs/results_car.md compares them)')
         declare('iterations', 3, 'solver iterations per tick', 1, 100)
-        declare('candidates', 512, 'line-search step sizes per iteration (line_search)', 1,
-                4096)
-        declare('budget_s', 0.05, 'compute budget per tick; a slower solve brakes (s)', 0.001,
-                1.0)
+        declare('candidates', 32, 'line-search step sizes per iteration (line_search; the '
+                'coarse ones when refine_candidates > 0)', 1, 4096)
+        declare('refine_candidates', 16, 'finer step sizes around the best coarse one '
+                '(line_search; 0: one batch of candidates, as seed 003 with 512)', 0, 4096)
+        declare('budget_s', 0.05, 'compute budget per tick (s); iterations that would end '
+                'after 70 % of it are skipped', 0.001, 1.0)
+        declare('degrade', True, 'over budget, drive on the best plan so far (or the shifted '
+                'previous plan) instead of braking; false: a late tick brakes')
         declare('stale_timeout_s', 0.1, 'brake when no state arrived for this long (s)', 0.01,
                 5.0)
         declare('throttle_min', -1.0, 'lowest throttle command', -1.0, 1.0)
@@ -102,7 +108,7 @@ class CarMPCNode(Node):
             throttle_limits=(get('throttle_min').value, get('throttle_max').value),
             steering_limits=(-steer, steer),
             brake_command=(get('brake_throttle').value, 0.0), budget_s=get('budget_s').value,
-            compiled=get('compile').value,
+            compiled=get('compile').value, degrade=get('degrade').value,
             line_search_threads=get('line_search_threads').value)
         self.delay_compensation = bool(get('delay_compensation').value)
         self.actuation_delay = float(get('actuation_delay_s').value)
@@ -115,7 +121,8 @@ class CarMPCNode(Node):
                                    f'{period} s: predictions assume h')
         self.track = Track(load_track_spec(Path(get('track_file').value)))
         optimizer = make_optimizer(get('solver').value, self.config.horizon,
-                                   get('iterations').value, get('candidates').value)
+                                   get('iterations').value, get('candidates').value,
+                                   refine_candidates=get('refine_candidates').value)
         self.mpc = TrackMPC(model, self.track, self.config, optimizer)
         warm = self.mpc.warm_up()
         self.get_logger().info(f'MPC ready on {self.track.spec.name} ({self.track.length:.1f} m'
@@ -126,7 +133,7 @@ class CarMPCNode(Node):
         self.supervisor = CarSupervisor(float(get('stale_timeout_s').value),
                                         lambda: self.get_clock().now().nanoseconds)
         self.counts = self.supervisor.counts
-        self.counts['model_reloads'] = 0
+        self.counts.update(model_reloads=0, late_ticks=0, warm_start_ticks=0)
         self.solve_times = []
         self.delays = []
         self.pub_command = self.create_publisher(Twist, 'command', 10)
@@ -239,6 +246,8 @@ class CarMPCNode(Node):
                     self.get_logger().error(f'MPC failed: {result.reason}',
                                             throttle_duration_sec=2.0)
             else:
+                if result.reason in ('late', 'warm_start'):
+                    self.counts[f'{result.reason}_ticks'] += 1
                 command = CarCommand(None, float(result.command[0]), float(result.command[1]))
                 self.pub_command.publish(twist_msg(command, self.mapping))
                 if self.pub_gz is not None:

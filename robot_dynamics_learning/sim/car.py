@@ -15,7 +15,7 @@ to the dynamic level mu_d times its load (drifting: the rear lets go first under
 Not physically exact (as in the seed): it reproduces grip at low speed and sliding in fast
 tight turns.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import numpy as np
@@ -57,6 +57,32 @@ class CarParams:
         if self.mu_dynamic > self.mu_static:
             raise ValueError(f'mu_dynamic ({self.mu_dynamic}) must not exceed mu_static '
                              f'({self.mu_static})')
+
+
+@dataclass(frozen=True)
+class FrictionChange:
+    """
+    A surface change during a run: from time_s on, both friction coefficients are x factor.
+
+    Why: the online-adaptation experiment (bench/car_adaptation.py) halves the grip mid-run,
+    as when the car drives from a carpet onto polished tiles.
+    """
+
+    time_s: float
+    factor: float = 0.5
+
+    def __post_init__(self) -> None:
+        """Reject a non-finite time or a factor that is not positive."""
+        if not np.isfinite(self.time_s) or not self.factor > 0:
+            raise ValueError(f'FrictionChange needs a finite time_s and factor > 0, got '
+                             f'{self.time_s}, {self.factor}')
+
+    def params_at(self, params: CarParams, time_s: float) -> CarParams:
+        """Return the parameters in force at time_s (the changed friction after time_s)."""
+        if time_s < self.time_s:
+            return params
+        return replace(params, mu_static=params.mu_static * self.factor,
+                       mu_dynamic=params.mu_dynamic * self.factor)
 
 
 def car_step(state: np.ndarray, command: np.ndarray, params: CarParams,
