@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from robot_dynamics_learning.control.car_training import (build_car_model, load_car_model,
                                                           save_car_model, train_car)
-from robot_dynamics_learning.models.base import SequenceBatch
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.models.car_common import (car_dataset, integrate_pose,
                                                        relative_l1,
                                                        trajectory_validation_error)

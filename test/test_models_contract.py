@@ -3,9 +3,9 @@ import math
 
 import numpy as np
 import pytest
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
 from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
-from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.registry import build_model, MODEL_TYPES
 import torch
 

@@ -8,8 +8,8 @@ One entry point for `rdl car train`, the benchmarks and the demo: data from the 
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
-from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.car_common import (car_dataset, CarDataset, CarModel,
                                                        dart_split, evaluate_car_model,
                                                        fit_car_model, fit_epochs, relative_l1)

@@ -24,7 +24,7 @@ import threading
 from typing import Optional
 
 import numpy as np
-from robot_dynamics_learning.models.base import SequenceBatch
+from robot_dynamics_learning.core_types import SequenceBatch
 import torch
 
 

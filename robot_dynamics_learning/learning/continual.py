@@ -27,9 +27,10 @@ import time
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
 from robot_dynamics_learning.learning.prequential import PrequentialError
-from robot_dynamics_learning.models.base import DynamicsModel, SequenceBatch
+from robot_dynamics_learning.models.base import DynamicsModel
 import torch
 
 SaveFunction = Callable[[DynamicsModel, dict], object]

@@ -8,9 +8,10 @@ are given for a warm-up and then withheld, so the model predicts from actions al
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import forward_dynamics_arrays, window_arrays
-from robot_dynamics_learning.models.base import DynamicsModel, SequenceBatch
+from robot_dynamics_learning.models.base import DynamicsModel
 import torch
 
 

@@ -454,7 +454,7 @@ def gaussian_process(settings: Dict[str, Any], features: Features, tau: np.ndarr
     No prequential score, and a refit only once the training data doubled: one fit costs
     minutes on a small CPU.
     """
-    from robot_dynamics_learning.models.base import SequenceBatch
+    from robot_dynamics_learning.core_types import SequenceBatch
     from robot_dynamics_learning.models.registry import build_model
     import torch
     n = tau.shape[1]
@@ -480,7 +480,7 @@ def gaussian_process(settings: Dict[str, Any], features: Features, tau: np.ndarr
 
 def rigid_body(settings: Dict[str, Any], stream: JointStream, features: Features) -> ModelRun:
     """Baseline: the URDF's RNEA on every sample, batched (nothing is learned)."""
-    from robot_dynamics_learning.models.base import SequenceBatch
+    from robot_dynamics_learning.core_types import SequenceBatch
     from robot_dynamics_learning.models.registry import build_model
     import torch
     n = len(stream.joint_names)

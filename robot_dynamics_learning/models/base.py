@@ -2,46 +2,19 @@
 The one interface every dynamics model implements (DESIGN.md, "One model interface").
 
 Trainer, predictor node, bag evaluator and MPC talk to models only through `DynamicsModel`,
-so a model is swapped by a config value. Shapes: B batch, T time, all tensors float.
+so a model is swapped by a config value. The value types live in `core_types.py` (the lowest
+layer) and are re-exported here. Shapes: B batch, T time, all tensors float.
 """
 import abc
 import math
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Optional, Tuple
 
+from robot_dynamics_learning.core_types import Prediction, SequenceBatch, StepOutput
 import torch
 from torch import nn
 
-
-class SequenceBatch(NamedTuple):
-    """
-    A batch of training windows.
-
-    observations: (B, T, n_obs) what the robot measures at each step (inverse dynamics: the
-        normalised-later raw [q, qd, qdd]; forward dynamics: o_t).
-    actions: (B, T, n_act) the commands applied at step t (width 0 where there are none).
-    targets: (B, T, n_target) what the model must predict at step t (tau_t, o_{t+1} or a_t).
-    observation_valid: optional (B, T) bool mask; False marks a missing observation.
-    """
-
-    observations: torch.Tensor
-    actions: torch.Tensor
-    targets: torch.Tensor
-    observation_valid: Optional[torch.Tensor] = None
-
-
-class Prediction(NamedTuple):
-    """Model output in physical units: mean (..., n_target) and variance or None."""
-
-    mean: torch.Tensor
-    variance: Optional[torch.Tensor]
-
-
-class StepOutput(NamedTuple):
-    """Result of one streaming step: prediction, its variance (or None) and the next state."""
-
-    prediction: torch.Tensor
-    variance: Optional[torch.Tensor]
-    state: Any
+# Re-exported: models and older callers import the value types from here.
+__all__ = ['DynamicsModel', 'Prediction', 'SequenceBatch', 'StepOutput', 'check_finite']
 
 
 class DynamicsModel(nn.Module, abc.ABC):
