@@ -434,8 +434,7 @@ class StreamingPredictor:
     def _adopt(self, model: DynamicsModel, state: Any) -> None:
         """Use `model` from now on, continuing from its (torch) `state`."""
         self._model = model
-        make = getattr(model, 'numpy_stepper', None)
-        self._stepper = make() if make is not None else None
+        self._stepper = model.numpy_stepper()
         self._state = state if self._stepper is None else self._stepper.state_from(state)
 
     @property
@@ -544,7 +543,7 @@ class ContinualLearner:
     Predict-then-learn on a stream of (time, observation, action, target) samples.
 
     `observe` is what a message callback calls: O(1) apart from one `model.step` (and, for
-    a model with `split_physics` (the hybrid), one rigid-body regressor and RLS step).
+    a model whose `split_physics` splits (the hybrid), one rigid-body regressor and RLS step).
     Training happens in the trainer thread started by `start()` (in a process of its own
     with `learning.trainer_process.ProcessLearner`).
     """
@@ -555,9 +554,11 @@ class ContinualLearner:
                  start_step: int = 0) -> None:
         self.config = config
         # A hybrid model splits off its physics (rigid body + online payload estimate): the
-        # network then learns tau - physics, stored with the payload estimate of its time.
-        split = getattr(model, 'split_physics', None)
-        self.physics = split() if split is not None else None
+        # new residual model then learns tau - physics, stored with the payload estimate of
+        # its time.
+        split = model.split_physics()
+        self.physics = None if split is None else split.physics
+        model = model if split is None else split.residual
         self.buffer: Optional[StreamingBuffer] = None
         self.trainer = self._make_trainer(model, n_obs, n_act, n_target, rng, save,
                                           fit_normalization, start_step)

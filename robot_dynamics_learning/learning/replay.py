@@ -19,13 +19,16 @@ rigid-body model (RNEA), all batched. Metrics and the report: `learning/report.p
 from dataclasses import dataclass, field
 from pathlib import Path
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TYPE_CHECKING
 
 import numpy as np
 from robot_dynamics_learning.data.bag_io import hold_last, open_bag, read_topic
 from robot_dynamics_learning.data.messages import (FieldNeed, FLOAT64_MULTI_ARRAY,
                                                    JOINT_STATE, JointStateParser)
 from tqdm import tqdm
+
+if TYPE_CHECKING:   # torch is imported lazily, when a model is built
+    from robot_dynamics_learning.models.base import DynamicsModel
 
 # Models the learner streams (the node's inverse models) and those that need a URDF.
 STREAMED_MODELS = ('lstm', 'ac_rkn_inverse', 'ffnn', 'hybrid')
@@ -330,9 +333,10 @@ def model_settings(model_type: str, model_config: Optional[Dict[str, Any]],
     return settings
 
 
-def check_urdf_joints(model_type: str, model: Any, joint_names: Sequence[str]) -> None:
+def check_urdf_joints(model_type: str, model: 'DynamicsModel',
+                      joint_names: Sequence[str]) -> None:
     """Refuse in one line when the bag's joints and the URDF's moving joints differ."""
-    urdf_joints = getattr(model, 'joint_names', None)
+    urdf_joints = model.joint_names
     if urdf_joints is not None and list(urdf_joints) != list(joint_names):
         raise ValueError(f'{model_type}: the bag joints {list(joint_names)} do not match the '
                          f'URDF joints {list(urdf_joints)}')

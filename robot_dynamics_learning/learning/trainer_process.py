@@ -290,7 +290,8 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: An
     physics = None
     save = spec.save
     if spec.split_physics:
-        physics = _PhysicsState(model.split_physics().state())
+        split = model.split_physics()
+        model, physics = split.residual, _PhysicsState(split.physics.state())
         if save is not None:
             save = functools.partial(save_with_physics, save, physics)
     buffer = StreamingBuffer(spec.n_obs, spec.n_act, spec.n_target, spec.config.buffer,

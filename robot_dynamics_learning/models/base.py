@@ -7,14 +7,48 @@ layer) and are re-exported here. Shapes: B batch, T time, all tensors float.
 """
 import abc
 import math
-from typing import Any, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Protocol, Tuple
 
 from robot_dynamics_learning.core_types import Prediction, SequenceBatch, StepOutput
+import numpy as np
 import torch
 from torch import nn
 
 # Re-exported: models and older callers import the value types from here.
-__all__ = ['DynamicsModel', 'Prediction', 'SequenceBatch', 'StepOutput', 'check_finite']
+__all__ = ['DynamicsModel', 'NumpyStepper', 'OnlinePhysics', 'PhysicsSplit', 'Prediction',
+           'SequenceBatch', 'StepOutput', 'check_finite']
+
+
+class NumpyStepper(Protocol):
+    """A numpy twin of a model's `step` for batch 1 (no torch dispatch on the hot path)."""
+
+    def state_from(self, state: Any) -> Any:
+        """Return the stepper's state for the model's (torch) recurrent `state`."""
+
+    def step(self, state: Any, observation: np.ndarray) -> Tuple[np.ndarray, Any]:
+        """Return (prediction (n_target,), next state) for one observation."""
+
+
+class OnlinePhysics(Protocol):
+    """The physics part of a split model, predicted and re-identified per sample."""
+
+    resets: int
+
+    def predict(self, observation: np.ndarray) -> np.ndarray:
+        """Return the physics' prediction (n_target,) for one observation."""
+
+    def update(self, target: np.ndarray) -> None:
+        """Re-identify from what the physics should have predicted for the last observation."""
+
+    def state(self) -> np.ndarray:
+        """Return the estimate a checkpoint stores."""
+
+
+class PhysicsSplit(NamedTuple):
+    """A model split for continual learning: a NEW residual-only model plus online physics."""
+
+    residual: 'DynamicsModel'
+    physics: OnlinePhysics
 
 
 class DynamicsModel(nn.Module, abc.ABC):
@@ -27,6 +61,15 @@ class DynamicsModel(nn.Module, abc.ABC):
     """
 
     kind: str = 'inverse'
+    # Declared abilities, with the defaults of a plain learned model; generic code reads
+    # these instead of probing with getattr or branching on classes.
+    model_type: Optional[str] = None   # the registry name, set by `registry.build_model`
+    joint_names: Optional[Tuple[str, ...]] = None   # the URDF's joints (URDF-built models)
+    # Versioned tag of what the targets mean ('<name>/<version>'); a checkpoint loads only
+    # into a model with the same tag. Bump the version when the meaning changes.
+    convention: str = ''
+    # Trained by one closed-form fit on all data (an exact GP), not by gradient steps.
+    fits_in_closed_form: bool = False
 
     @abc.abstractmethod
     def init_state(self, batch_size: int) -> Any:
@@ -59,6 +102,18 @@ class DynamicsModel(nn.Module, abc.ABC):
         Differentiable with respect to `actions` and the parameters: the MPC uses it.
         """
         raise NotImplementedError(f'{type(self).__name__} is an inverse model: no rollout')
+
+    def numpy_stepper(self) -> Optional[NumpyStepper]:
+        """Return a numpy twin of `step` for streaming prediction, or None (use `step`)."""
+        return None
+
+    def split_physics(self) -> Optional[PhysicsSplit]:
+        """
+        Return a new residual-only model and the online physics, or None (nothing to split).
+
+        This model is left as it was; the continual learner trains the returned residual.
+        """
+        return None
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> None:

@@ -31,6 +31,7 @@ class PreviousValueInverse(DynamicsModel):
     kind = 'inverse'
     config_class = PreviousValueConfig
     target_convention = 'absolute joint torque tau_t (N m)'
+    convention = 'joint_torque/1'
 
     def __init__(self, config: PreviousValueConfig, n_obs: int, n_act: int,
                  n_target: int) -> None:

@@ -59,6 +59,7 @@ class ExactGP(StatelessStep, InverseModel):
     """Exact GP inverse dynamics x_t -> tau_t; trained by `fit_data`, not by gradient steps."""
 
     config_class = GPConfig
+    fits_in_closed_form = True
 
     def __init__(self, config: GPConfig, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__(config, n_obs, n_act, n_target)

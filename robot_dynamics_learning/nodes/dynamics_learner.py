@@ -211,7 +211,7 @@ class DynamicsLearnerNode(Node):
                     self.get_logger().error(f'cannot resume, starting fresh: {error}')
         if model is None:
             model = build_model(self.model_type, self.model_config, 3 * n, n, n)
-        urdf_joints = getattr(model, 'joint_names', None)
+        urdf_joints = model.joint_names
         if urdf_joints is not None and tuple(urdf_joints) != tuple(names):
             raise ValueError(f'joint_names {names} differ from the URDF joints {urdf_joints} '
                              f'of model {self.model_type}')
