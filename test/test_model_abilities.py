@@ -5,7 +5,7 @@ import pytest
 from robot_dynamics_learning.learning.checkpoint import (checkpoint_payload, CorruptCheckpoint,
                                                          LEGACY_CONVENTIONS, load_checkpoint,
                                                          model_from_payload)
-from robot_dynamics_learning.models.registry import build_model, MODEL_TYPES, model_builder
+from robot_dynamics_learning.models.registry import build_model, model_builder, MODEL_TYPES
 from robot_dynamics_learning.resources import resource
 import torch
 
@@ -34,7 +34,7 @@ def test_every_model_class_has_a_versioned_convention_tag(model_type):
 
 
 def _format_2(payload):
-    """The payload as format 2 wrote it: the convention as an English sentence."""
+    """Return the payload as format 2 wrote it: the convention as an English sentence."""
     old = dict(payload, format_version=2)
     sentence = {tag: text for text, tag in LEGACY_CONVENTIONS.items()}[old.pop('convention')]
     old['target_convention'] = sentence

@@ -9,8 +9,8 @@ import abc
 import math
 from typing import Any, NamedTuple, Optional, Protocol, Tuple
 
-from robot_dynamics_learning.core_types import Prediction, SequenceBatch, StepOutput
 import numpy as np
+from robot_dynamics_learning.core_types import Prediction, SequenceBatch, StepOutput
 import torch
 from torch import nn
 
