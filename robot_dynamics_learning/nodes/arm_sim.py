@@ -23,7 +23,7 @@ from robot_dynamics_learning.nodes.conversions import float64_array_msg, joint_s
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.sim.arm import ArmConfig
-from robot_dynamics_learning.sim.arm_stream import ArmStream
+from robot_dynamics_learning.sim.arm_stream import ArmStream, SimBlock, SimEvent
 from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
@@ -136,13 +136,13 @@ class ArmSimNode(Node):
             message = self.stream.next_message(timeout=0.1)
             if message is None:
                 continue
-            if message[0] in ('log', 'error'):
+            if isinstance(message, SimEvent):
                 log = self.get_logger()
-                (log.info if message[0] == 'log' else log.error)(message[1])
+                (log.error if message.error else log.info)(message.text)
                 continue
-            if message[0] != 'block':   # the end of the simulated duration
+            if not isinstance(message, SimBlock):   # the end of the simulated duration
                 return
-            _, samples, self.payload = message
+            samples, self.payload = message.samples, message.payload_kg
             for k, t in enumerate(samples.time):
                 if self.factor > 0:
                     delay = start_wall + t / self.factor - time.monotonic()
