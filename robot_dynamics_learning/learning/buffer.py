@@ -45,7 +45,7 @@ class BufferConfig:
     recent_capacity: int = 20000
     reservoir_windows: int = 2000
     reservoir_stride: int = 16
-    recent_fraction: float = 0.8
+    recent_fraction: float = 0.5
     gap_factor: float = 3.0
 
     def __post_init__(self) -> None:

@@ -64,7 +64,7 @@ class TrainerConfig:
     learning_rate: float = 3e-3
     grad_clip: float = 1.0
     warmup_samples: int = 1000
-    updates_per_sample: float = 0.1
+    updates_per_sample: float = 0.05
     publish_every: int = 5
     checkpoint_every_s: float = 30.0
     prequential_window: int = 5000
@@ -504,38 +504,6 @@ class LearnerConfig:
 
     buffer: BufferConfig = BufferConfig()
     trainer: TrainerConfig = TrainerConfig()
-
-
-# dynamics_learner parameters that make up a `LearnerConfig` (config/learner.yaml).
-LEARNER_PARAMETERS = ('window', 'recent_capacity', 'reservoir_windows', 'recent_fraction',
-                      'gap_factor', 'batch_size', 'learning_rate', 'grad_clip',
-                      'warmup_samples', 'updates_per_sample', 'publish_every',
-                      'checkpoint_period_s', 'prequential_window', 'renormalize_factor',
-                      'train_cpu_share')
-
-
-def learner_config(params: Dict[str, Any]) -> LearnerConfig:
-    """
-    Build a `LearnerConfig` from dynamics_learner parameter values (names as in the node).
-
-    One mapping for the node and `rdl replay`, so both learn with the same settings.
-    """
-    missing = sorted(set(LEARNER_PARAMETERS) - set(params))
-    if missing:
-        raise ValueError(f'learner parameters missing: {missing}')
-    return LearnerConfig(
-        BufferConfig(window=params['window'], recent_capacity=params['recent_capacity'],
-                     reservoir_windows=params['reservoir_windows'],
-                     recent_fraction=params['recent_fraction'],
-                     gap_factor=params['gap_factor']),
-        TrainerConfig(batch_size=params['batch_size'], learning_rate=params['learning_rate'],
-                      grad_clip=params['grad_clip'], warmup_samples=params['warmup_samples'],
-                      updates_per_sample=params['updates_per_sample'],
-                      publish_every=params['publish_every'],
-                      checkpoint_every_s=params['checkpoint_period_s'],
-                      prequential_window=params['prequential_window'],
-                      renormalize_factor=params['renormalize_factor'],
-                      max_cpu_share=params['train_cpu_share']))
 
 
 class ContinualLearner:

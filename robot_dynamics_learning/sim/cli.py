@@ -6,7 +6,8 @@
 
 The bag holds /joint_states (position, velocity, effort) at 1 kHz, ready for `bag_player`
 and `dynamics_learner`. With --learn the stream is also replayed through the continual
-learner exactly as the node runs it (predict, then learn; same compute budget) and the final
+learner exactly as the node runs it (predict, then learn; the settings of
+config/learner.yaml's dynamics_learner block, as the node reads them) and the final
 prequential nMSE is printed.
 """
 import argparse
@@ -60,16 +61,18 @@ def simulate_arm(seconds: float, schedule: List[Tuple[float, float]], config: Ar
 
 
 def _learn(trajectory: Trajectory, model_type: str) -> None:
+    """Replay `trajectory` through the continual learner at config/learner.yaml's settings."""
     from robot_dynamics_learning.learning.continual import (ContinualLearner,
-                                                            InverseDynamicsStream,
-                                                            LearnerConfig)
+                                                            InverseDynamicsStream)
+    from robot_dynamics_learning.learning.learner_params import learner_params
     from robot_dynamics_learning.models.registry import build_model
     from robot_dynamics_learning.signals.causal import CausalDifferentiator
 
+    params = learner_params()   # the node's own settings, read into the node's class
     n = trajectory.q.shape[1]
     learner = ContinualLearner(build_model(model_type, {}, 3 * n, n, n), 3 * n, n, n,
-                               LearnerConfig(), np.random.default_rng(0))
-    stream = InverseDynamicsStream(n, CausalDifferentiator(n, window=21))
+                               params.learner_config(), np.random.default_rng(params.seed))
+    stream = InverseDynamicsStream(n, CausalDifferentiator(n, window=params.accel_window))
     for i in range(len(trajectory)):
         features = stream.sample(trajectory.time[i], trajectory.q[i], trajectory.qd[i],
                                  trajectory.tau[i])
