@@ -6,6 +6,7 @@ import pytest
 import rclpy
 from rclpy.context import Context
 from rclpy.node import Node
+from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.learning import replay
 from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
                                                              model_config_class,
@@ -22,6 +23,7 @@ SETTINGS = {'model_config': model_config_class}
 NODES = [
     ('dynamics_learner', DynamicsLearnerConfig, 'learner.yaml', {'model': 'hybrid'}),
     ('torque_predictor', TorquePredictorConfig, 'learner.yaml', {}),
+    ('car_mpc', CarMPCConfig, 'car.yaml', {}),
 ]
 
 
