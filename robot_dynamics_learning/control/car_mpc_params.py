@@ -46,8 +46,8 @@ class CarMPCConfig:
     steering_scale: float = setting(1.0, 'Twist angular.z = steering / steering_scale')
     publish_gz_cmd: bool = setting(False, 'also publish cmd_vel_gz (speed, yaw rate) for '
                                    'Gazebo')
-    compile: bool = setting(False, 'torch.compile the cost (faster; the first start compiles '
-                            'for a minute or more)')
+    compile: bool = setting(  # noqa: A003 - the parameter's name in car.yaml and launch files
+        False, 'torch.compile the cost (faster; the first start compiles for a minute or more)')
     torch_threads: int = setting(1, 'torch intra-op threads', 1, 64)
     line_search_threads: int = setting(0, 'threads sharing the batched line-search rollouts '
                                        '(2 where a second core is free: about 1.6x faster '
