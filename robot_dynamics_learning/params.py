@@ -15,9 +15,10 @@ from typing import Any, Dict, Mapping, Optional, Type, TypeVar
 import warnings
 
 ConfigT = TypeVar('ConfigT')
-# Declared by every node or by shared helpers (nodes/runtime.py, declare_stamp_bounds),
-# so they may stand in any node's block without being a field of its config class.
-SHARED_PARAMETERS = ('realtime_priority', 'max_future_stamp_s', 'max_stamp_age_s',
+# Declared by every node or by shared helpers (nodes/runtime.py, nodes/lifecycle.py,
+# declare_stamp_bounds), so they may stand in any node's block without being a field of its
+# config class.
+SHARED_PARAMETERS = ('realtime_priority', 'autostart', 'max_future_stamp_s', 'max_stamp_age_s',
                      'use_sim_time')
 
 

@@ -17,6 +17,9 @@ one stamped more than stale_timeout_s in the future too, and after a brake the n
 drives again from a state stamped after the one the brake was judged on. A tick whose solve
 misses budget_s, fails, or finds the state stale sends the brake too.
 use_sim_time cannot change at run time (refused): without /clock it would stop both timers.
+A lifecycle node (nodes/lifecycle.py): configure loads the model and warms up the MPC,
+deactivate sends the brake command and stops commanding, cleanup frees the MPC; with
+autostart (default) it configures and activates itself at start.
 Counters (commands, brake_*, rejected_*) and solve-time percentiles go to /diagnostics twice
 a second.
 """
@@ -27,7 +30,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.control.car_supervisor import BRAKE, CarSupervisor, SKIP, SOLVE
@@ -39,13 +41,14 @@ from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping, PoseParser,
                                                        stamp_to_ns, twist_msg)
+from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import declare_config, refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
 import torch
 
 
-class CarMPCNode(Node):
-    """Thin wrapper around TrackMPC with stale-state and budget safety."""
+class CarMPCNode(ManagedNode):
+    """Thin lifecycle wrapper around TrackMPC with stale-state and budget safety."""
 
     def __init__(self) -> None:
         super().__init__('car_mpc')
@@ -60,25 +63,12 @@ class CarMPCNode(Node):
         self.actuation_delay = params.actuation_delay_s
         self.checkpoints = (CheckpointDirectory(Path(params.checkpoint_dir))
                             if params.checkpoint_dir else None)
-        model, self.model_path = self._initial_model(params.checkpoint)
-        period = 1.0 / params.rate_hz
-        if abs(model.h - period) > 1e-6:
-            self.get_logger().warn(f'model step h={model.h} s differs from the control period '
-                                   f'{period} s: predictions assume h')
-        self.track = Track(load_track_spec(Path(params.track_file)))
-        optimizer = make_optimizer(params.solver, self.config.horizon, params.iterations,
-                                   params.candidates)
-        self.mpc = TrackMPC(model, self.track, self.config, optimizer)
-        warm = self.mpc.warm_up()
-        self.get_logger().info(f'MPC ready on {self.track.spec.name} ({self.track.length:.1f} m'
-                               f' lap), model {self.model_path}, warm-up {warm:.1f} s')
+        self.period = 1.0 / params.rate_hz
+        self.mpc = self.supervisor = None   # built by configure
+        self.counts = {}
         self._lock = threading.Lock()
         self._solve_lock = threading.Lock()
         self.pose_parser = PoseParser(check_stamps=False)   # stamps: the supervisor's
-        self.supervisor = CarSupervisor(params.stale_timeout_s,
-                                        lambda: self.get_clock().now().nanoseconds)
-        self.counts = self.supervisor.counts
-        self.counts['model_reloads'] = 0
         self.solve_times = []
         self.delays = []
         self.pub_command = self.create_publisher(Twist, 'command', 10)
@@ -89,13 +79,45 @@ class CarMPCNode(Node):
                                  callback_group=inputs)
         self.create_subscription(TwistStamped, 'car/twist', self._on_twist,
                                  qos_profile_sensor_data, callback_group=inputs)
-        self.create_timer(period, self._tick, callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(self.period, self._tick,
+                          callback_group=MutuallyExclusiveCallbackGroup())
         self.create_timer(0.01, self._watchdog, callback_group=MutuallyExclusiveCallbackGroup())
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_timer(0.5, self._diagnostics, callback_group=inputs)
         self.create_timer(5.0, self._log, callback_group=inputs)
         if self.checkpoints is not None:
             self.create_timer(params.reload_period_s, self._reload, callback_group=inputs)
+        self.autostart()
+
+    def configure(self) -> None:
+        """Load the model and track, build and warm up the MPC, start the supervisor."""
+        params = self.params
+        model, self.model_path = self._initial_model(params.checkpoint)
+        if abs(model.h - self.period) > 1e-6:
+            self.get_logger().warn(f'model step h={model.h} s differs from the control period '
+                                   f'{self.period} s: predictions assume h')
+        self.track = Track(load_track_spec(Path(params.track_file)))
+        optimizer = make_optimizer(params.solver, self.config.horizon, params.iterations,
+                                   params.candidates)
+        mpc = TrackMPC(model, self.track, self.config, optimizer)
+        warm = mpc.warm_up()
+        self.get_logger().info(f'MPC ready on {self.track.spec.name} ({self.track.length:.1f} m'
+                               f' lap), model {self.model_path}, warm-up {warm:.1f} s')
+        supervisor = CarSupervisor(params.stale_timeout_s,
+                                   lambda: self.get_clock().now().nanoseconds)
+        supervisor.counts.update(model_reloads=0, brake_inactive=0)
+        with self._lock:
+            self.mpc, self.supervisor, self.counts = mpc, supervisor, supervisor.counts
+
+    def deactivate(self) -> None:
+        """Send the brake command: an inactive controller leaves the car braked."""
+        with self._lock:
+            self._publish_brake('inactive')
+
+    def cleanup(self) -> None:
+        """Free the MPC and its model."""
+        with self._lock, self._solve_lock:
+            self.mpc = self.supervisor = None
 
     def _initial_model(self, checkpoint: str):
         if self.checkpoints is not None and self.checkpoints.paths():
@@ -106,6 +128,8 @@ class CarMPCNode(Node):
         return load_car_model(Path(checkpoint)), Path(checkpoint)
 
     def _reload(self) -> None:
+        if self.mpc is None:
+            return
         paths = self.checkpoints.paths()
         if not paths or paths[-1] == self.model_path:
             return
@@ -140,6 +164,8 @@ class CarMPCNode(Node):
     def _offer(self, topic: str, stamp, values: tuple) -> None:
         stamp_ns = stamp_to_ns(stamp)
         with self._lock:
+            if self.supervisor is None:   # unconfigured
+                return
             reason = self.supervisor.offer(topic, stamp_ns, values)
         if reason is not None:
             self.get_logger().warn(f'dropped a state message: {reason} (stamp {stamp_ns} ns)',
@@ -163,11 +189,13 @@ class CarMPCNode(Node):
 
     def _watchdog(self) -> None:
         with self._lock:
-            if self.supervisor.watchdog():
+            if self.active and self.supervisor.watchdog():
                 self._publish_brake('stale')
 
     def _tick(self) -> None:
         with self._lock:
+            if not self.active:   # inactive: no command at all (deactivate sent the brake)
+                return
             decision = self.supervisor.before_solve()
             if decision.action == BRAKE:
                 self._publish_brake(decision.reason)
@@ -208,9 +236,12 @@ class CarMPCNode(Node):
                 'delay_ms_p50': round(float(np.median(self.delays[-200:])) * 1e3, 2)}
 
     def _diagnostics(self) -> None:
-        braking = self.supervisor.braking
+        if self.supervisor is None:
+            return
+        braking = self.supervisor.braking or not self.active
+        message = 'inactive' if not self.active else 'braking' if braking else 'driving'
         publish_counters(self, self.pub_diag, {**self.counts, **self._timing()},
-                         warn=braking, message='braking' if braking else 'driving')
+                         warn=braking, message=message)
 
     def _log(self) -> None:
         self.get_logger().info(f'{self.counts}; {self._timing()}')

@@ -9,6 +9,9 @@ then stores the sample for the trainer thread (learning/continual.py). Bad messa
 skipped, counted by reason and logged; the node never stops on them. Diagnostics (counts,
 training loss, prequential nMSE, latency) go to `/diagnostics` and the log periodically.
 Checkpoints: atomic, the last N kept, resumed at start (learning/checkpoint.py).
+A lifecycle node (nodes/lifecycle.py): configure builds the learner (at the first message
+when joint_names is unset), inactive it neither predicts nor learns, cleanup stops training
+with a last checkpoint and frees the model; autostart (default) activates it at start.
 
 Kept fast for a 1 kHz stream on a small CPU: the node spins on a SingleThreadedExecutor
 (less per-message overhead than the multi-threaded one), reuses one outgoing message per
@@ -25,7 +28,6 @@ from typing import List, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from robot_dynamics_learning.data.messages import Reason
 from robot_dynamics_learning.dynamics import load_urdf
@@ -40,6 +42,7 @@ from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
                                                        JointStateParser,
                                                        PredictedTorquePublisher)
+from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node, take_pending
@@ -53,7 +56,7 @@ import torch
 TRAINER_STOP_TIMEOUT_S = 1.2
 
 
-class DynamicsLearnerNode(Node):
+class DynamicsLearnerNode(ManagedNode):
     """Thin ROS wrapper around `ContinualLearner` (all learning is ROS-free)."""
 
     def __init__(self) -> None:
@@ -105,11 +108,23 @@ class DynamicsLearnerNode(Node):
             self.create_subscription(Float64MultiArray, params.command_topic,
                                      self._on_command, 10)
         self.create_timer(params.diagnostics_period_s, self._publish_diagnostics)
-        if names:
-            self._build(names)
+        self._names = names
+        self.inactive_dropped = 0
+        self.autostart()
+
+    def configure(self) -> None:
+        """Build the learner now if the joint names are known (else at the first message)."""
+        if self._names:
+            self._build(self._names)
         self.get_logger().info(
             f"learning '{self.model_type}' inverse dynamics from {self.torque_source} on "
             f"{self.resolve_topic_name('joint_states')}")
+
+    def cleanup(self) -> None:
+        """Stop training with a last checkpoint and free the model."""
+        if self.learner is not None:
+            self.learner.stop(checkpoint=True)
+        self.learner = self.stream = self.checkpoints = None
 
     def _build(self, names: List[str]) -> None:
         """Create model, learner and checkpoint folder once the joint names are known."""
@@ -161,11 +176,16 @@ class DynamicsLearnerNode(Node):
         self.learner.start()
 
     def _on_command(self, msg: Float64MultiArray) -> None:
+        if not self.active:
+            return
         result = self.command_parser.parse(msg)
         if result.ok:
             self._last_command = result.value
 
     def _on_joint_state(self, msg: JointState) -> None:
+        if not self.active:   # inactive: no prediction, no learning
+            self.inactive_dropped += 1
+            return
         self._handle_joint_state(msg)
         # Messages that queued up meanwhile (after a stall) are handled here, not one
         # executor round trip each: the backlog drains about twice as fast.
@@ -228,6 +248,7 @@ class DynamicsLearnerNode(Node):
         values = {f'messages_{key}': value
                   for key, value in self.parser.counter.as_dict().items()}
         values.update(time_resets=self.time_resets, predict_only=self.predict_only,
+                      inactive_dropped=self.inactive_dropped,
                       commands_rejected=self.command_parser.counter.total_rejected)
         if self.checkpoints is not None:
             values.update({f'checkpoints_skipped_{reason}': n
@@ -243,7 +264,7 @@ class DynamicsLearnerNode(Node):
                                   hardware_id=self.get_fully_qualified_name())
         error = values.get('last_error', '')
         status.level = DiagnosticStatus.WARN if error else DiagnosticStatus.OK
-        status.message = error or 'learning'
+        status.message = error or ('learning' if self.active else 'inactive')
         status.values = [KeyValue(key=key, value=f'{value:.6g}' if isinstance(value, float)
                                   else str(value)) for key, value in values.items()]
         array = DiagnosticArray(status=[status])
@@ -267,8 +288,7 @@ class DynamicsLearnerNode(Node):
 
     def destroy_node(self) -> None:
         """Stop training and write a last checkpoint before the node goes."""
-        if self.learner is not None:
-            self.learner.stop(checkpoint=True)
+        self.cleanup()
         if self.record is not None:
             path = self.record.save(self.params.record_path, self.joint_names)
             self.get_logger().info(f'recorded {self.record.count} samples to {path}')

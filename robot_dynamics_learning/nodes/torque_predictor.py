@@ -7,6 +7,8 @@ then for every accepted `/joint_states` message publishes `~/predicted_torques` 
 `~/predicted_torques_std` for models with variance), header stamp copied from the input.
 A timer polls the folder and swaps in a newer checkpoint between messages, keeping the
 recurrent state, so a learner elsewhere (another machine, a GPU) can feed many predictors.
+A lifecycle node (nodes/lifecycle.py): configure loads the checkpoint, inactive it publishes
+nothing, cleanup frees the model; autostart (default) activates it at start.
 """
 from pathlib import Path
 import threading
@@ -15,7 +17,6 @@ from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, Published,
@@ -25,6 +26,7 @@ from robot_dynamics_learning.learning.prequential import LatencyLog, Prequential
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, JointStateParser,
                                                        PredictedTorquePublisher)
+from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
@@ -33,7 +35,7 @@ from sensor_msgs.msg import JointState
 import torch
 
 
-class TorquePredictorNode(Node):
+class TorquePredictorNode(ManagedNode):
     """Prediction-only counterpart of dynamics_learner."""
 
     def __init__(self) -> None:
@@ -73,9 +75,24 @@ class TorquePredictorNode(Node):
                           callback_group=MutuallyExclusiveCallbackGroup())
         self.create_timer(params.diagnostics_period_s, self._publish_diagnostics,
                           callback_group=MutuallyExclusiveCallbackGroup())
-        self._poll()
+        self.autostart()
+
+    def configure(self) -> None:
+        """Load the newest valid checkpoint (later ones are polled for while configured)."""
+        self._load_newest()
+
+    def cleanup(self) -> None:
+        """Free the model; the next configure loads the newest checkpoint again."""
+        with self._lock:
+            self._model = None
+            self.predictor = None
+        self._loaded_path = self._tried_path = None
 
     def _poll(self) -> None:
+        if self.configured:
+            self._load_newest()
+
+    def _load_newest(self) -> None:
         """Load the newest valid checkpoint if it is not the one in use."""
         paths = self.checkpoints.paths()
         if not paths or paths[-1] in (self._loaded_path, self._tried_path):
@@ -114,8 +131,8 @@ class TorquePredictorNode(Node):
 
     def _on_joint_state(self, msg: JointState) -> None:
         received = time.perf_counter()
-        if self.parser is None:
-            return   # no checkpoint yet: nothing to predict with
+        if not self.active or self._model is None:
+            return   # inactive, or no checkpoint yet: nothing to predict with
         if self.predictor is None:
             model = self._model
             self.predictor = StreamingPredictor(self._published, model.n_obs, model.n_act,
