@@ -132,6 +132,9 @@ def _declare_mapping(node: Node, field: dataclasses.Field, settings_class: type)
     declare(node, name, '', f'deprecated: {name} as a JSON object string; give {name}.<key> '
             'parameters (a mapping in YAML) instead')
     given = legacy_json(name, node.get_parameter(name).value, f'node {node.get_name()}')
+    if given:   # Python hides DeprecationWarnings outside __main__: say it in the node's log
+        node.get_logger().warning(f'{name} as a JSON string is deprecated; give '
+                                  f'{name}.<key> parameters (a mapping in YAML)')
     known = {f.name: f for f in dataclasses.fields(settings_class)}
     # rclpy has no public list of the overrides given at launch; a key given for another
     # model must be refused by name, not silently ignored.
