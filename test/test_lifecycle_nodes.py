@@ -18,9 +18,10 @@ from robot_dynamics_learning.control.car_training import build_car_model, save_c
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.models.registry import build_model
-from robot_dynamics_learning.nodes.conversions import joint_state_msg, planar_pose_msg, time_msg
+from robot_dynamics_learning.nodes.conversions import joint_state_msg
 from ros_util import ROOT, start_node, stop_node, TestNode, wait_for
 from sensor_msgs.msg import JointState
+from test_car_nodes import publish_state
 
 pytestmark = pytest.mark.ros
 OVAL = str(ROOT / 'config' / 'tracks' / 'oval.yaml')
@@ -60,42 +61,33 @@ def test_car_mpc_brakes_on_deactivate_and_drives_after_activate(tmp_path):
         log_path=tmp_path / 'mpc.log')
     pose = Track(load_track_spec(OVAL)).pose_at(0.0)
     stop = threading.Event()
-    commands, lock = [], threading.Lock()
+    commands = []
     try:
         with TestNode('mpc_manager') as probe:
-            def on_command(msg: Twist) -> None:
-                with lock:
-                    commands.append((time.monotonic(), msg.linear.x, msg.angular.z))
-            probe.node.create_subscription(Twist, 'command', on_command, 10)
-            pub_pose = probe.node.create_publisher(PoseStamped, 'car/pose',
-                                                   qos_profile_sensor_data)
-            pub_twist = probe.node.create_publisher(TwistStamped, 'car/twist',
-                                                    qos_profile_sensor_data)
+            probe.node.create_subscription(Twist, 'command', lambda msg: commands.append(
+                (time.monotonic(), msg.linear.x, msg.angular.z)), 10)   # list.append: atomic
+            pub_pose, pub_twist = (probe.node.create_publisher(kind, topic,
+                                                               qos_profile_sensor_data)
+                                   for kind, topic in ((PoseStamped, 'car/pose'),
+                                                       (TwistStamped, 'car/twist')))
 
             def publish_states() -> None:   # fresh state all along: no stale brake
                 while not stop.is_set():
-                    stamp = time.time_ns()
-                    pub_pose.publish(planar_pose_msg(stamp, *pose))
-                    twist = TwistStamped()
-                    twist.header.stamp = time_msg(stamp)
-                    twist.twist.linear.x = 1.0
-                    pub_twist.publish(twist)
+                    publish_state(pub_pose, pub_twist, time.time_ns(), pose)
                     time.sleep(0.01)
             publisher = threading.Thread(target=publish_states, daemon=True)
             publisher.start()
 
             def driving_since(start: float) -> int:
-                with lock:
-                    return sum(1 for t, throttle, _ in commands if t > start
-                               and throttle != brake)
+                return sum(1 for t, throttle, _ in list(commands) if t > start
+                           and throttle != brake)
             assert wait_for(lambda: driving_since(0.0) > 5, 90.0), \
                 (tmp_path / 'mpc.log').read_text()
             assert state(probe, 'car_mpc') == 'active'
             before = time.monotonic()
             transition(probe, 'car_mpc', Transition.TRANSITION_DEACTIVATE)
             time.sleep(1.0)          # ticks would run at 20 Hz: 20 commands if still driving
-            with lock:
-                after = [c for c in commands if c[0] > before]
+            after = [c for c in list(commands) if c[0] > before]
             assert state(probe, 'car_mpc') == 'inactive'
             assert after and after[0][1:] == (brake, 0.0)      # the deactivate's brake
             assert all(c[1:] == (brake, 0.0) for c in after)   # and nothing but brakes
@@ -119,6 +111,16 @@ def publish_joint_states(publisher, start: int, count: int) -> int:
     return start + count
 
 
+def arm_probe(probe: TestNode, node: str, log) -> tuple:
+    """Return (predictions received from `node`, a joint_states publisher it has matched)."""
+    predictions = []
+    probe.node.create_subscription(JointState, f'/{node}/predicted_torques',
+                                   predictions.append, 100)
+    publisher = probe.node.create_publisher(JointState, '/joint_states', 10)
+    assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), log.read_text()
+    return predictions, publisher
+
+
 def publish_until(publisher, start: int, condition, timeout: float = 60.0) -> int:
     """Publish joint states in blocks until `condition()` (best effort QoS may drop some)."""
     deadline = time.monotonic() + timeout
@@ -136,11 +138,7 @@ def test_dynamics_learner_is_silent_while_inactive_and_rebuilds_after_cleanup(tm
         'checkpoint_dir': str(tmp_path / 'checkpoints')}, log_path=log)
     try:
         with TestNode('learner_manager') as probe:
-            predictions = []
-            probe.node.create_subscription(JointState, '/dynamics_learner/predicted_torques',
-                                           predictions.append, 100)
-            publisher = probe.node.create_publisher(JointState, '/joint_states', 10)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), log.read_text()
+            predictions, publisher = arm_probe(probe, 'dynamics_learner', log)
             sample = publish_until(publisher, 0, lambda: len(predictions) >= 60)
             time.sleep(1.0)   # a few training steps, so that cleanup has weights to save
             transition(probe, 'dynamics_learner', Transition.TRANSITION_DEACTIVATE)
@@ -170,11 +168,7 @@ def test_torque_predictor_without_autostart_waits_for_a_manager(tmp_path):
         'checkpoint_dir': str(folder), 'autostart': False}, log_path=log)
     try:
         with TestNode('predictor_manager') as probe:
-            predictions = []
-            probe.node.create_subscription(JointState, '/torque_predictor/predicted_torques',
-                                           predictions.append, 100)
-            publisher = probe.node.create_publisher(JointState, '/joint_states', 10)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), log.read_text()
+            predictions, publisher = arm_probe(probe, 'torque_predictor', log)
             assert state(probe, 'torque_predictor') == 'unconfigured'
             sample = publish_joint_states(publisher, 0, 60)
             time.sleep(1.0)
