@@ -14,6 +14,7 @@ from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConf
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.params import (from_values, load_node_config, ros_parameters,
                                             SHARED_PARAMETERS)
+from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
 
 pytestmark = pytest.mark.ros
 
@@ -24,6 +25,7 @@ NODES = [
     ('dynamics_learner', DynamicsLearnerConfig, 'learner.yaml', {'model': 'hybrid'}),
     ('torque_predictor', TorquePredictorConfig, 'learner.yaml', {}),
     ('car_mpc', CarMPCConfig, 'car.yaml', {}),
+    ('arm_sim', ArmSimConfig, 'arm_sim.yaml', {}),
 ]
 
 
@@ -50,8 +52,9 @@ def test_node_defaults_yaml_and_rdl_are_one_set(name, cls, yaml, choices):
     block = ros_parameters(path, name)
     fields = {field.name for field in dataclasses.fields(cls)}
     assert set(block) <= fields | set(SHARED_PARAMETERS)
-    differ = {key: value for key, value in block.items()
-              if key in fields and value != getattr(cls(), key)}
+    differ = {key: value for key, value in block.items()   # YAML lists are the fields' tuples
+              if key in fields and (tuple(value) if isinstance(value, list) else value)
+              != getattr(cls(), key)}
     assert differ == choices                                 # the file says only its choices
     assert dataclasses.replace(cls(), **choices) == from_file
 
@@ -87,3 +90,11 @@ def test_out_of_range_values_are_refused_by_the_class_for_rdl_too():
         from_values(DynamicsLearnerConfig, {'model': 'gp'}, 'test')
     with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['batchsize'\]"):
         from_values(DynamicsLearnerConfig, {'batchsize': 3}, 'test')
+
+
+def test_rdl_simulate_arm_defaults_are_the_nodes():
+    from robot_dynamics_learning.cli import build_parser
+    args = build_parser('simulate').parse_args(['simulate', 'arm', '--out', 'x.npz'])
+    node = ArmSimConfig()
+    assert (args.rate, args.trajectory, args.payload, args.urdf, args.seed) == \
+        (node.rate_hz, node.trajectory, node.payload_mass, node.urdf, node.seed)

@@ -18,7 +18,8 @@ import numpy as np
 
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
-from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
+from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
+from robot_dynamics_learning.sim.trajectories import MODES
 from tqdm import tqdm
 
 
@@ -87,9 +88,8 @@ def _learn(trajectory: Trajectory, model_type: str) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     import torch
     torch.set_num_threads(args.threads)
-    config = ArmConfig(urdf=args.urdf, dt=1.0 / args.rate, seed=args.seed,
-                       payload_mass=args.payload,
-                       reference=ReferenceConfig(mode=args.trajectory, seed=args.seed))
+    config = ArmSimConfig(urdf=args.urdf, rate_hz=args.rate, seed=args.seed,
+                          payload_mass=args.payload, trajectory=args.trajectory).arm_config()
     trajectory, payload = simulate_arm(args.seconds, _schedule(args.payload_schedule), config,
                                        progress=True)
     out = Path(args.out)
@@ -113,13 +113,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = simulate.add_subparsers(dest='simulator', metavar='SIMULATOR', required=True)
     arm = commands.add_parser('arm', help='7-DoF arm with friction, elasticity, payload')
     arm.add_argument('--seconds', type=float, default=60.0, help='simulated time (s)')
-    arm.add_argument('--rate', type=float, default=1000.0, help='sample rate (Hz)')
-    arm.add_argument('--trajectory', choices=MODES, default='excitation', help='reference')
-    arm.add_argument('--payload', type=float, default=0.0, help='initial payload (kg)')
+    arm.add_argument('--rate', type=float, default=ArmSimConfig.rate_hz, help='sample rate (Hz)')
+    arm.add_argument('--trajectory', choices=MODES, default=ArmSimConfig.trajectory,
+                     help='reference')
+    arm.add_argument('--payload', type=float, default=ArmSimConfig.payload_mass,
+                     help='initial payload (kg)')
     arm.add_argument('--payload-schedule', default='',
                      help="payload changes 'TIME:MASS,...' in s and kg, e.g. '30:2.0'")
-    arm.add_argument('--urdf', default='', help="arm URDF ('' = urdf/panda.urdf)")
-    arm.add_argument('--seed', type=int, default=0, help='trajectory and noise seed')
+    arm.add_argument('--urdf', default=ArmSimConfig.urdf, help="arm URDF ('' = urdf/panda.urdf)")
+    arm.add_argument('--seed', type=int, default=ArmSimConfig.seed,
+                     help='trajectory and noise seed')
     arm.add_argument('--out', required=True,
                      help='output: .npz, or a rosbag2 folder (MCAP; .db3 or --storage sqlite3)')
     arm.add_argument('--storage', choices=('mcap', 'sqlite3'), default='mcap')
