@@ -15,6 +15,7 @@ from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.params import (from_values, load_node_config, ros_parameters,
                                             SHARED_PARAMETERS)
 from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
+from robot_dynamics_learning.sim.car_sim_params import CarSimConfig
 
 pytestmark = pytest.mark.ros
 
@@ -26,6 +27,7 @@ NODES = [
     ('torque_predictor', TorquePredictorConfig, 'learner.yaml', {}),
     ('car_mpc', CarMPCConfig, 'car.yaml', {}),
     ('arm_sim', ArmSimConfig, 'arm_sim.yaml', {}),
+    ('car_sim', CarSimConfig, 'car.yaml', {}),
 ]
 
 
