@@ -11,7 +11,7 @@ config): in YAML a mapping, as ROS parameters `<field>.<key>`. ROS-free: imports
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Type, TypeVar
+from typing import Any, Container, Dict, Mapping, Optional, Type, TypeVar
 import warnings
 
 ConfigT = TypeVar('ConfigT')
@@ -103,20 +103,27 @@ def legacy_json(name: str, text: str, source: str) -> Dict[str, Any]:
     return value
 
 
-def ros_parameters(path: Path, node_name: str) -> Dict[str, Any]:
+def ros_parameters(path: Path, node_name: str,
+                   known: Optional[Container[str]] = None) -> Dict[str, Any]:
     """
     Return the `ros__parameters` of `node_name` in a ROS params YAML, as `--params-file` does.
 
     Blocks for '/**', '/**/<node>', '<node>' and '/<ns>/<node>' are merged in file order.
+    A '/**' block is meant for every node: with `known`, its other names are left out (ROS
+    ignores them for a node that does not declare them).
     """
     import yaml
     document = yaml.safe_load(Path(path).read_text()) or {}
     values: Dict[str, Any] = {}
     found = False
     for key, block in document.items():
-        if key == '/**' or str(key).rstrip('/').split('/')[-1] == node_name:
-            found = found or key != '/**'
-            values.update((block or {}).get('ros__parameters', {}) or {})
+        wildcard = key == '/**'
+        if wildcard or str(key).rstrip('/').split('/')[-1] == node_name:
+            found = found or not wildcard
+            block = (block or {}).get('ros__parameters', {}) or {}
+            values.update((name, value) for name, value in block.items()
+                          if not wildcard or known is None
+                          or str(name).partition('.')[0] in known)
     if not found:
         raise ValueError(f'{path}: no {node_name} ros__parameters block')
     return values
@@ -124,7 +131,8 @@ def ros_parameters(path: Path, node_name: str) -> Dict[str, Any]:
 
 def load_node_config(cls: Type[ConfigT], path: Path, node_name: str) -> ConfigT:
     """Read `node_name`'s block of the ROS params YAML `path` into its config class."""
-    return from_values(cls, ros_parameters(path, node_name), f'{path} ({node_name})')
+    known = {field.name for field in dataclasses.fields(cls)}
+    return from_values(cls, ros_parameters(path, node_name, known), f'{path} ({node_name})')
 
 
 def check_ranges(config: Any) -> None:

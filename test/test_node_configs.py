@@ -100,3 +100,15 @@ def test_rdl_simulate_arm_defaults_are_the_nodes():
     node = ArmSimConfig()
     assert (args.rate, args.trajectory, args.payload, args.urdf, args.seed) == \
         (node.rate_hz, node.trajectory, node.payload_mass, node.urdf, node.seed)
+
+
+def test_a_block_for_every_node_lends_only_the_names_this_node_has(tmp_path):
+    path = tmp_path / 'params.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    use_sim_time: true\n    window: 16\n'
+                    '    horizon: 5\n'   # car_mpc's: ROS ignores it for the learner
+                    'dynamics_learner:\n  ros__parameters:\n    batch_size: 8\n')
+    config = load_node_config(DynamicsLearnerConfig, path, 'dynamics_learner')
+    assert (config.window, config.batch_size) == (16, 8)
+    path.write_text('dynamics_learner:\n  ros__parameters:\n    horizon: 5\n')
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['horizon'\]"):
+        load_node_config(DynamicsLearnerConfig, path, 'dynamics_learner')
