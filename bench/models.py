@@ -34,11 +34,11 @@ import time
 from typing import List, Sequence, Tuple
 
 import numpy as np
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import inverse_dynamics_windows
 from robot_dynamics_learning.learning.training import learning_rate_factor, select
-from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.common import mlp
 from robot_dynamics_learning.models.registry import build_model
 import torch

@@ -31,7 +31,7 @@ def main() -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     trajectory, _ = simulate_arm(SECONDS, [], ArmConfig(seed=0))
     params = replay.load_learner_params()
-    params.update(model='lstm', model_config='{}')
+    params.update(model='lstm', model_config={})
     with tempfile.TemporaryDirectory() as folder:
         bag = Path(folder) / 'arm'
         write_joint_trajectories(bag, [trajectory], 'mcap')

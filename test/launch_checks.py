@@ -43,3 +43,33 @@ def keywords(path: str, keyword: str) -> list:
     tree = ast.parse((ROOT / path).read_text())
     return [kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
             for kw in node.keywords if kw.arg == keyword and isinstance(kw.value, ast.Constant)]
+
+
+# Nodes that declare their parameters from a config class (nodes/parameters.declare_config).
+NODE_CONFIGS = {
+    'dynamics_learner': 'learning.learner_params.DynamicsLearnerConfig',
+    'torque_predictor': 'learning.learner_params.TorquePredictorConfig',
+    'car_mpc': 'control.car_mpc_params.CarMPCConfig',
+    'arm_sim': 'sim.arm_sim_params.ArmSimConfig',
+    'car_sim': 'sim.car_sim_params.CarSimConfig',
+}
+
+
+def declared_parameters(node: str) -> Set[str]:
+    """
+    Return the parameters `node` declares, those every node has included.
+
+    The fields of its config class, or (nodes without one) the names its source passes to
+    `declare('name'`.
+    """
+    import dataclasses
+    import importlib
+    from robot_dynamics_learning.params import SHARED_PARAMETERS
+    if node in NODE_CONFIGS:
+        module, _, name = NODE_CONFIGS[node].rpartition('.')
+        cls = getattr(importlib.import_module(f'{PACKAGE}.{module}'), name)
+        names = {field.name for field in dataclasses.fields(cls)}
+    else:
+        source = (ROOT / PACKAGE / 'nodes' / f'{node}.py').read_text()
+        names = set(re.findall(r"declare\('(\w+)'", source))
+    return names | set(SHARED_PARAMETERS)

@@ -4,8 +4,8 @@ import pytest
 from robot_dynamics_learning.control.car_evaluation import trajectory_validation_error
 from robot_dynamics_learning.control.car_training import (build_car_model, load_car_model,
                                                           save_car_model, train_car)
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data.car_datasets import car_dataset
-from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.car_base import integrate_pose, relative_l1
 from robot_dynamics_learning.sim.car import CarParams, MocapNoise
 from robot_dynamics_learning.sim.driving import simulated_drives

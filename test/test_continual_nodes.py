@@ -24,7 +24,7 @@ pytestmark = pytest.mark.ros
 NAMES = ['j1', 'j2', 'j3']
 LEARNER = {'window': 8, 'batch_size': 16, 'warmup_samples': 100, 'updates_per_sample': 0.1,
            'accel_window': 5, 'diagnostics_period_s': 0.3, 'recent_capacity': 2000,
-           'reservoir_windows': 50, 'model_config': "'{\"hidden_size\": 8}'",   # a YAML string
+           'reservoir_windows': 50, 'model_config.hidden_size': 8,   # a model setting
            'checkpoint_period_s': 0.3, 'joint_names': NAMES}
 
 

@@ -277,7 +277,7 @@ def payload():
     return checkpoint_payload(build_model('lstm', {'hidden_size': 3}, 6, 2, 2), ['a', 'b'])
 
 
-FIELDS = ['format_version', 'model_type', 'config', 'dims', 'target_convention',
+FIELDS = ['format_version', 'model_type', 'config', 'dims', 'convention',
           'joint_names', 'metadata', 'state_dict', 'checksum']
 TENSORS = st.builds(lambda shape, fill: torch.full(shape, fill),
                     st.lists(st.integers(0, 4), max_size=3).map(tuple),

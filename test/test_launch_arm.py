@@ -3,7 +3,7 @@ import importlib
 from pathlib import Path
 import re
 
-from launch_checks import installed, keywords, ROOT, setup_nodes
+from launch_checks import declared_parameters, installed, keywords, ROOT, setup_nodes
 import pytest
 import yaml
 
@@ -31,13 +31,7 @@ def test_launch_file_names_only_installed_executables_and_configs(launch_file):
 @pytest.mark.parametrize('config', ['config/learner.yaml', 'config/arm_sim.yaml'])
 def test_config_files_parse_and_only_set_declared_parameters(config):
     data = yaml.safe_load((ROOT / config).read_text())
-    # spin_node (nodes/runtime.py) declares the parameters every node has
-    common = (ROOT / 'robot_dynamics_learning' / 'nodes' / 'runtime.py').read_text()
-    sources = {'dynamics_learner': 'dynamics_learner.py', 'torque_predictor':
-               'torque_predictor.py', 'arm_sim': 'arm_sim.py'}
     for key, block in data.items():
         node = key.split('/')[-1]
-        source = (ROOT / 'robot_dynamics_learning' / 'nodes' / sources[node]).read_text()
         for name in block['ros__parameters']:
-            assert (f"declare('{name}'" in source or f"declare(node, '{name}'" in common), \
-                f'{config}: {node} does not declare {name}'
+            assert name in declared_parameters(node), f'{config}: {node} does not declare {name}'

@@ -3,9 +3,9 @@ import math
 
 import numpy as np
 import pytest
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
 from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
-from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.registry import build_model, MODEL_TYPES
 import torch
 
@@ -109,7 +109,9 @@ def test_numpy_stepper_matches_the_torch_step(case, config):
     model.fit_normalization(batch)
     if case == 'hybrid':
         assert model.numpy_stepper() is None      # physics in the step: no numpy twin
-        model.split_physics()
+        whole = model
+        model = model.split_physics().residual
+        assert not whole.residual_only and whole.numpy_stepper() is None   # left unchanged
     model.eval()
     stepper = model.numpy_stepper()
     state = model.init_state(1)

@@ -1,6 +1,6 @@
 """ac-RKN cell checked against a dense Kalman filter, and missing-observation behaviour."""
 import pytest
-from robot_dynamics_learning.models.base import SequenceBatch
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.models.rkn_cell import (bands_to_dense, Belief,
                                                      factorized_predict, kalman_update,

@@ -50,6 +50,15 @@ def test_model_config_that_does_not_fit_the_model_fails_at_start(tmp_path):
     assert "unknown key(s) ['hidden_size']" in text
 
 
+def test_a_model_setting_the_model_lacks_fails_at_start_naming_its_settings(tmp_path):
+    log = tmp_path / 'learner.log'
+    node = start_node('dynamics_learner', params={
+        'model': 'ac_rkn_inverse', 'model_config.hidden_size': 32}, log_path=log)
+    assert node.wait(timeout=60) == 2
+    text = log.read_text()
+    assert 'model_config.hidden_size is not a setting of' in text and 'its settings:' in text
+
+
 def test_joints_not_in_the_urdf_are_refused_in_one_line_naming_both(tmp_path):
     """The default hybrid (Panda URDF) hearing a Kinova arm says why, once."""
     log = tmp_path / 'learner.log'

@@ -15,7 +15,8 @@ def test_package_xml_is_valid():
     assert package.name == 'robot_dynamics_learning'
     assert [e.content for e in package.exports if e.tagname == 'build_type'] == ['ament_python']
     exec_depends = {d.name for d in package.exec_depends}
-    for needed in ('rclpy', 'std_msgs', 'sensor_msgs', 'geometry_msgs', 'launch', 'launch_ros',
+    for needed in ('rclpy', 'std_msgs', 'sensor_msgs', 'geometry_msgs', 'lifecycle_msgs',
+                   'launch', 'launch_ros',
                    'python3-numpy', 'python3-scipy', 'python3-yaml'):
         assert needed in exec_depends, needed
     assert {'ament_flake8', 'ament_pep257', 'python3-pytest'} <= {

@@ -1,7 +1,7 @@
 """The arm simulated in a child process: blocks in order, payload changes, clean end."""
 import numpy as np
 from robot_dynamics_learning.sim.arm import ArmConfig
-from robot_dynamics_learning.sim.arm_stream import ArmStream
+from robot_dynamics_learning.sim.arm_stream import ArmStream, SimBlock, SimEnd, SimEvent
 
 
 def test_blocks_arrive_in_order_take_payload_changes_and_end():
@@ -14,12 +14,13 @@ def test_blocks_arrive_in_order_take_payload_changes_and_end():
         while not ended:
             message = stream.next_message(timeout=30.0)
             assert message is not None
-            if message[0] == 'block':
-                blocks.append(message[1:])
-            elif message[0] == 'log':
-                logs.append(message[1])
+            if isinstance(message, SimBlock):
+                blocks.append((message.samples, message.payload_kg))
+            elif isinstance(message, SimEvent):
+                assert not message.error
+                logs.append(message.text)
             else:
-                ended = message[0] == 'end'
+                ended = isinstance(message, SimEnd)
     finally:
         stream.stop()
     times = np.concatenate([samples.time for samples, _ in blocks])

@@ -17,10 +17,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.control.car_evaluation import (evaluate_car_model,
                                                             trajectory_validation_error)
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset, dart_split
 from robot_dynamics_learning.data.car_sources import BagOptions, load_car_drives
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
-from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.car_base import CarModel, relative_l1
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.sim.car import CarParams, MocapNoise

@@ -11,8 +11,8 @@ Conventions (see `models/registry.py`):
 from typing import Iterable, Optional, Tuple
 
 import numpy as np
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.models.base import SequenceBatch
 import torch
 
 

@@ -24,7 +24,7 @@ import threading
 from typing import Optional
 
 import numpy as np
-from robot_dynamics_learning.models.base import SequenceBatch
+from robot_dynamics_learning.core_types import SequenceBatch
 import torch
 
 
@@ -45,7 +45,7 @@ class BufferConfig:
     recent_capacity: int = 20000
     reservoir_windows: int = 2000
     reservoir_stride: int = 16
-    recent_fraction: float = 0.8
+    recent_fraction: float = 0.5
     gap_factor: float = 3.0
 
     def __post_init__(self) -> None:

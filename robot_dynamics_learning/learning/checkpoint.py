@@ -1,5 +1,5 @@
 """
-Checkpoints: weights, config, normalisation, target convention and joint order in one file.
+Checkpoints: weights, config, normalisation, convention tag and joint order in one file.
 
 Writes are atomic (temp file in the same folder, fsync, os.replace, fsync of the folder), so
 a reader never sees a half-written checkpoint; a temporary file left by a writer killed
@@ -27,7 +27,20 @@ from robot_dynamics_learning.models.registry import (build_model, model_builder,
                                                      URDF_MODEL_TYPES)
 import torch
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3   # 3: a versioned `convention` tag replaces the English sentence of 2
+READABLE_VERSIONS = (2, 3)
+# Format 2 stored each model's target convention as a sentence; the tag each one means.
+LEGACY_CONVENTIONS = {
+    'absolute joint torque tau_t (N m)': 'joint_torque/1',
+    'absolute joint torque tau_t (N m) = RNEA + learned residual':
+        'joint_torque_rnea_plus_residual/1',
+    'absolute joint torque tau_t (N m) = tau_{t-1} + learned difference':
+        'joint_torque_previous_plus_difference/1',
+    'next observation o_{t+1} (physical units) = o_t + learned difference':
+        'next_observation_difference/1',
+    'next observation o_{t+1} = [x, y, yaw, vx, vy, r] after h seconds':
+        'car_next_pose_velocity/1',
+}
 MAX_FEATURES = 100_000   # bound on n_obs, n_act, n_target before anything is allocated
 LOG = logging.getLogger(__name__)
 
@@ -72,7 +85,7 @@ class LoadedCheckpoint(NamedTuple):
 def checkpoint_payload(model: DynamicsModel, joint_names: Sequence[str] = (),
                        metadata: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Return the plain dict a checkpoint holds (tensors cloned: safe to write from a thread)."""
-    model_type = getattr(model, 'model_type', None)
+    model_type = model.model_type
     if model_type is None:
         raise ValueError(f'{type(model).__name__} was not built by the registry (no model_type)')
     state_dict = {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
@@ -81,7 +94,7 @@ def checkpoint_payload(model: DynamicsModel, joint_names: Sequence[str] = (),
         'model_type': model_type,
         'config': model.config.to_dict(),
         'dims': {'n_obs': model.n_obs, 'n_act': model.n_act, 'n_target': model.n_target},
-        'target_convention': model.target_convention,
+        'convention': model.convention,
         'joint_names': [str(name) for name in joint_names],
         'metadata': dict(metadata or {}),
         'state_dict': state_dict,
@@ -147,10 +160,11 @@ def _check_payload(payload: Any, source: str) -> None:
     def refuse(reason: str, text: str) -> None:
         raise CorruptCheckpoint(reason, f'{source}: {text}')
 
-    if not isinstance(payload, dict) or payload.get('format_version') != FORMAT_VERSION:
+    if not isinstance(payload, dict) or payload.get('format_version') not in READABLE_VERSIONS:
         refuse('malformed', f'not a robot_dynamics_learning checkpoint of format '
-               f'{FORMAT_VERSION}')
-    kinds = {'model_type': str, 'config': dict, 'dims': dict, 'target_convention': str,
+               f'{" or ".join(map(str, READABLE_VERSIONS))}')
+    convention_key = 'convention' if payload['format_version'] >= 3 else 'target_convention'
+    kinds = {'model_type': str, 'config': dict, 'dims': dict, convention_key: str,
              'joint_names': list, 'metadata': dict, 'state_dict': dict, 'checksum': str}
     for key, kind in kinds.items():
         if not isinstance(payload.get(key), kind):
@@ -177,6 +191,13 @@ def _check_payload(payload: Any, source: str) -> None:
     steps = payload['metadata'].get('steps', 0)
     if type(steps) is not int or steps < 0:
         refuse('malformed', f'metadata steps must be an int >= 0, got {steps!r}')
+
+
+def saved_convention_tag(payload: Dict[str, Any]) -> Optional[str]:
+    """Return the convention tag of a checked payload (format 2: through its sentence)."""
+    if payload['format_version'] >= 3:
+        return payload['convention']
+    return LEGACY_CONVENTIONS.get(payload['target_convention'])
 
 
 def _check_shapes(payload: Dict[str, Any], source: str) -> None:
@@ -250,11 +271,11 @@ def model_from_payload(payload: Any, joint_names: Optional[Sequence[str]] = None
                     if payload['config'].get(key) != value}
             raise CheckpointMismatch(f'{source}: config differs from the expected one (saved, '
                                      f'expected): {diff}')
-    if model.target_convention != payload['target_convention']:
-        saved_convention = payload['target_convention']
+    saved_convention = saved_convention_tag(payload)
+    if model.convention != saved_convention:
         raise CorruptCheckpoint('convention', f'{source}: target convention '
                                 f"'{saved_convention}' differs from this code's "
-                                f"'{model.target_convention}'")
+                                f"'{model.convention}'")
     try:
         model.load_state_dict(payload['state_dict'])
     except RuntimeError as error:   # missing, unexpected or wrong-shaped tensors

@@ -27,9 +27,10 @@ import time
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
 from robot_dynamics_learning.learning.prequential import PrequentialError
-from robot_dynamics_learning.models.base import DynamicsModel, SequenceBatch
+from robot_dynamics_learning.models.base import DynamicsModel
 import torch
 
 SaveFunction = Callable[[DynamicsModel, dict], object]
@@ -63,7 +64,7 @@ class TrainerConfig:
     learning_rate: float = 3e-3
     grad_clip: float = 1.0
     warmup_samples: int = 1000
-    updates_per_sample: float = 0.1
+    updates_per_sample: float = 0.05
     publish_every: int = 5
     checkpoint_every_s: float = 30.0
     prequential_window: int = 5000
@@ -433,8 +434,7 @@ class StreamingPredictor:
     def _adopt(self, model: DynamicsModel, state: Any) -> None:
         """Use `model` from now on, continuing from its (torch) `state`."""
         self._model = model
-        make = getattr(model, 'numpy_stepper', None)
-        self._stepper = make() if make is not None else None
+        self._stepper = model.numpy_stepper()
         self._state = state if self._stepper is None else self._stepper.state_from(state)
 
     @property
@@ -506,44 +506,12 @@ class LearnerConfig:
     trainer: TrainerConfig = TrainerConfig()
 
 
-# dynamics_learner parameters that make up a `LearnerConfig` (config/learner.yaml).
-LEARNER_PARAMETERS = ('window', 'recent_capacity', 'reservoir_windows', 'recent_fraction',
-                      'gap_factor', 'batch_size', 'learning_rate', 'grad_clip',
-                      'warmup_samples', 'updates_per_sample', 'publish_every',
-                      'checkpoint_period_s', 'prequential_window', 'renormalize_factor',
-                      'train_cpu_share')
-
-
-def learner_config(params: Dict[str, Any]) -> LearnerConfig:
-    """
-    Build a `LearnerConfig` from dynamics_learner parameter values (names as in the node).
-
-    One mapping for the node and `rdl replay`, so both learn with the same settings.
-    """
-    missing = sorted(set(LEARNER_PARAMETERS) - set(params))
-    if missing:
-        raise ValueError(f'learner parameters missing: {missing}')
-    return LearnerConfig(
-        BufferConfig(window=params['window'], recent_capacity=params['recent_capacity'],
-                     reservoir_windows=params['reservoir_windows'],
-                     recent_fraction=params['recent_fraction'],
-                     gap_factor=params['gap_factor']),
-        TrainerConfig(batch_size=params['batch_size'], learning_rate=params['learning_rate'],
-                      grad_clip=params['grad_clip'], warmup_samples=params['warmup_samples'],
-                      updates_per_sample=params['updates_per_sample'],
-                      publish_every=params['publish_every'],
-                      checkpoint_every_s=params['checkpoint_period_s'],
-                      prequential_window=params['prequential_window'],
-                      renormalize_factor=params['renormalize_factor'],
-                      max_cpu_share=params['train_cpu_share']))
-
-
 class ContinualLearner:
     """
     Predict-then-learn on a stream of (time, observation, action, target) samples.
 
     `observe` is what a message callback calls: O(1) apart from one `model.step` (and, for
-    a model with `split_physics` (the hybrid), one rigid-body regressor and RLS step).
+    a model whose `split_physics` splits (the hybrid), one rigid-body regressor and RLS step).
     Training happens in the trainer thread started by `start()` (in a process of its own
     with `learning.trainer_process.ProcessLearner`).
     """
@@ -554,9 +522,11 @@ class ContinualLearner:
                  start_step: int = 0) -> None:
         self.config = config
         # A hybrid model splits off its physics (rigid body + online payload estimate): the
-        # network then learns tau - physics, stored with the payload estimate of its time.
-        split = getattr(model, 'split_physics', None)
-        self.physics = split() if split is not None else None
+        # new residual model then learns tau - physics, stored with the payload estimate of
+        # its time.
+        split = model.split_physics()
+        self.physics = None if split is None else split.physics
+        model = model if split is None else split.residual
         self.buffer: Optional[StreamingBuffer] = None
         self.trainer = self._make_trainer(model, n_obs, n_act, n_target, rng, save,
                                           fit_normalization, start_step)

@@ -11,9 +11,10 @@ import math
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import forward_dynamics_arrays, window_arrays
-from robot_dynamics_learning.models.base import DynamicsModel, SequenceBatch
+from robot_dynamics_learning.models.base import DynamicsModel
 import torch
 
 

@@ -16,16 +16,20 @@ Baselines come alongside: the previous torque (tau_{t-1}, the model's action inp
 linear regression refitted on all training samples before each block, and with a URDF the
 rigid-body model (RNEA), all batched. Metrics and the report: `learning/report.py`.
 """
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TYPE_CHECKING
 
 import numpy as np
 from robot_dynamics_learning.data.bag_io import hold_last, open_bag, read_topic
 from robot_dynamics_learning.data.messages import (FieldNeed, FLOAT64_MULTI_ARRAY,
                                                    JOINT_STATE, JointStateParser)
 from tqdm import tqdm
+
+if TYPE_CHECKING:   # torch is imported lazily, when a model is built
+    from robot_dynamics_learning.models.base import DynamicsModel
 
 # Models the learner streams (the node's inverse models) and those that need a URDF.
 STREAMED_MODELS = ('lstm', 'ac_rkn_inverse', 'ffnn', 'hybrid')
@@ -330,9 +334,10 @@ def model_settings(model_type: str, model_config: Optional[Dict[str, Any]],
     return settings
 
 
-def check_urdf_joints(model_type: str, model: Any, joint_names: Sequence[str]) -> None:
+def check_urdf_joints(model_type: str, model: 'DynamicsModel',
+                      joint_names: Sequence[str]) -> None:
     """Refuse in one line when the bag's joints and the URDF's moving joints differ."""
-    urdf_joints = getattr(model, 'joint_names', None)
+    urdf_joints = model.joint_names
     if urdf_joints is not None and list(urdf_joints) != list(joint_names):
         raise ValueError(f'{model_type}: the bag joints {list(joint_names)} do not match the '
                          f'URDF joints {list(urdf_joints)}')
@@ -454,7 +459,7 @@ def gaussian_process(settings: Dict[str, Any], features: Features, tau: np.ndarr
     No prequential score, and a refit only once the training data doubled: one fit costs
     minutes on a small CPU.
     """
-    from robot_dynamics_learning.models.base import SequenceBatch
+    from robot_dynamics_learning.core_types import SequenceBatch
     from robot_dynamics_learning.models.registry import build_model
     import torch
     n = tau.shape[1]
@@ -480,7 +485,7 @@ def gaussian_process(settings: Dict[str, Any], features: Features, tau: np.ndarr
 
 def rigid_body(settings: Dict[str, Any], stream: JointStream, features: Features) -> ModelRun:
     """Baseline: the URDF's RNEA on every sample, batched (nothing is learned)."""
-    from robot_dynamics_learning.models.base import SequenceBatch
+    from robot_dynamics_learning.core_types import SequenceBatch
     from robot_dynamics_learning.models.registry import build_model
     import torch
     n = len(stream.joint_names)
@@ -500,36 +505,21 @@ def rigid_body(settings: Dict[str, Any], stream: JointStream, features: Features
 
 def find_config(name: str) -> Path:
     """Return config/`name` from the source tree, else from the installed share folder."""
-    local = Path(__file__).resolve().parents[2] / 'config' / name
-    if local.is_file():
-        return local
-    try:
-        from ament_index_python.packages import get_package_share_directory
-        installed = Path(get_package_share_directory('robot_dynamics_learning')) / 'config' / name
-    except (ImportError, LookupError, OSError):   # no ROS install, or not installed
-        installed = None
-    if installed is not None and installed.is_file():
-        return installed
-    raise FileNotFoundError(f'config/{name} not found in the source tree or the ROS share folder')
+    from robot_dynamics_learning.resources import resource
+    return resource(f'config/{name}')
 
 
 def load_learner_params(path: Optional[Path] = None) -> Dict[str, Any]:
     """
-    Return the dynamics_learner parameters of a ROS params YAML (default config/learner.yaml).
+    Return dynamics_learner's settings from a ROS params YAML (default config/learner.yaml).
 
-    Blocks for '/**' and any node name ending in 'dynamics_learner' are merged in file order,
-    as `--params-file` applies them to the node.
+    Read into `DynamicsLearnerConfig`, the class the node declares its parameters from (the
+    same blocks `--params-file` applies, every setting the file omits at the node's
+    default), and returned as a dict of field values for the report.
     """
-    import yaml
-    path = Path(path) if path is not None else find_config('learner.yaml')
-    document = yaml.safe_load(path.read_text()) or {}
-    params: Dict[str, Any] = {}
-    for node, block in document.items():
-        if node == '/**' or str(node).rstrip('/').endswith('dynamics_learner'):
-            params.update((block or {}).get('ros__parameters', {}))
-    if not params:
-        raise ValueError(f'{path}: no dynamics_learner ros__parameters block')
-    return params
+    from robot_dynamics_learning.learning.learner_params import learner_params
+    config = learner_params(path)
+    return {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
 
 
 @dataclass
@@ -556,13 +546,14 @@ def replay(stream: JointStream, models: Sequence[str], urdf: Optional[str],
     params: dynamics_learner parameter values (`load_learner_params`); its `model_config`
     applies to the model named by its `model`. A skipped model maps to its one-line reason.
     """
-    from robot_dynamics_learning.learning.continual import learner_config
+    from robot_dynamics_learning.learning.learner_params import DynamicsLearnerConfig
+    from robot_dynamics_learning.params import from_values
     import torch
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         raise ValueError(f'unknown model(s) {unknown}; choose from {list(MODELS)}')
     torch.set_num_threads(int(params.get('torch_threads', 1)))
-    config = learner_config(params)
+    config = from_values(DynamicsLearnerConfig, params, 'learner params').learner_config()
     features = stream_features(stream, int(params['accel_window']))
     blocks, held_out = holdout.blocks(stream.receive_s)
     skipped: Dict[str, str] = {}

@@ -93,6 +93,50 @@ class _ChildSpec:
     parent_pid: int = field(default_factory=os.getpid)
 
 
+# The messages between parent and child (pickled through multiprocessing queues).
+@dataclass(frozen=True)
+class SampleBlock:
+    """Parent -> child: samples in arrival order; `physics_state` the newest payload estimate."""
+
+    stamps: np.ndarray
+    observations: np.ndarray
+    actions: np.ndarray
+    targets: np.ndarray
+    has_target: np.ndarray
+    physics_state: Optional[np.ndarray]
+
+
+@dataclass(frozen=True)
+class SegmentBreak:
+    """Parent -> child: a discontinuity (reset, gap, time going backwards)."""
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """Parent -> child: finish the step, checkpoint if `checkpoint`, then exit."""
+
+    checkpoint: bool
+
+
+@dataclass(frozen=True)
+class WeightsHandOver:
+    """Child -> parent: published weights, the warmed-up state, its sequence number, stats."""
+
+    version: int
+    state_dict: Dict[str, np.ndarray]
+    state: Any
+    seq: Optional[int]
+    stats: Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    """Child -> parent: the trainer's counters; `final` on the child's last word."""
+
+    stats: Dict[str, Any]
+    final: bool = False
+
+
 def to_numpy(value: Any) -> Any:
     """Return `value` with every tensor of (nested named) tuples, lists and dicts as numpy."""
     if isinstance(value, torch.Tensor):
@@ -174,15 +218,15 @@ class SampleForwarder:
         if not k:
             return
         physics = None if self.physics_state is None else self.physics_state()
-        self._queue.put(('samples', self._stamp[:k].copy(), self._obs[:k].copy(),
-                         self._act[:k].copy(), self._target[:k].copy(),
-                         self._has_target[:k].copy(), physics))
+        self._queue.put(SampleBlock(self._stamp[:k].copy(), self._obs[:k].copy(),
+                                    self._act[:k].copy(), self._target[:k].copy(),
+                                    self._has_target[:k].copy(), physics))
         self._count = 0
 
     def reset(self) -> None:
         """Send the pending samples, then a discontinuity marker."""
         self.flush()
-        self._queue.put(('reset',))
+        self._queue.put(SegmentBreak())
 
 
 class TrainerProcess:
@@ -243,7 +287,7 @@ class TrainerProcess:
             return
         self.forwarder.flush()
         self._stop_requested.set()
-        self._samples.put(('stop', checkpoint))
+        self._samples.put(StopRequest(checkpoint))
         timeout = self._spec.process.stop_timeout_s if timeout is None else timeout
         if self._stopped.wait(timeout):
             self._process.join(timeout=0.5)   # it has sent its last word and is exiting
@@ -266,18 +310,14 @@ class TrainerProcess:
                                                 'the last weights')
                     self._stopped.set()
                 continue
-            kind = message[0]
-            if kind == 'weights':
-                _, version, state_dict, state, seq, stats = message
+            if isinstance(message, WeightsHandOver):
                 model = copy.deepcopy(self._template)
-                model.load_state_dict(to_torch(state_dict))
+                model.load_state_dict(to_torch(message.state_dict))
                 with self._lock:
-                    self._published = Published(version, model, to_torch(state), seq)
-                self.stats = stats
-            elif kind == 'stats':
-                self.stats = message[1]
-            elif kind == 'stopped':
-                self.stats = message[1]
+                    self._published = Published(message.version, model,
+                                                to_torch(message.state), message.seq)
+            self.stats = message.stats
+            if isinstance(message, StatsReport) and message.final:
                 self._stopped.set()
 
 
@@ -290,7 +330,8 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: An
     physics = None
     save = spec.save
     if spec.split_physics:
-        physics = _PhysicsState(model.split_physics().state())
+        split = model.split_physics()
+        model, physics = split.residual, _PhysicsState(split.physics.state())
         if save is not None:
             save = functools.partial(save_with_physics, save, physics)
     buffer = StreamingBuffer(spec.n_obs, spec.n_act, spec.n_target, spec.config.buffer,
@@ -301,8 +342,9 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: An
     last_stats = [time.monotonic()]
 
     def hand_over(published: Published) -> None:
-        results.put(('weights', published.version, to_numpy(published.model.state_dict()),
-                     to_numpy(published.state), published.seq, trainer_stats(trainer, buffer)))
+        results.put(WeightsHandOver(published.version, to_numpy(published.model.state_dict()),
+                                    to_numpy(published.state), published.seq,
+                                    trainer_stats(trainer, buffer)))
         last_stats[0] = time.monotonic()
 
     trainer.on_publish = hand_over
@@ -316,18 +358,18 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: An
                 if os.getppid() != spec.parent_pid:   # the node died: no checkpoint
                     os._exit(0)
                 continue
-            if message[0] == 'samples':
+            if isinstance(message, SampleBlock):
                 if not stop_requested.is_set():
                     _store(message, buffer, history, physics)
-            elif message[0] == 'reset':
+            elif isinstance(message, SegmentBreak):
                 buffer.reset()
                 history.reset()
-            elif message[0] == 'stop':
-                final_checkpoint[0] = message[1]
+            elif isinstance(message, StopRequest):
+                final_checkpoint[0] = message.checkpoint
                 trainer.request_stop()
                 return
             if time.monotonic() - last_stats[0] > STATS_PERIOD_S:
-                results.put(('stats', trainer_stats(trainer, buffer)))
+                results.put(StatsReport(trainer_stats(trainer, buffer)))
                 last_stats[0] = time.monotonic()
 
     receiver = threading.Thread(target=receive, name='samples', daemon=True)
@@ -336,19 +378,19 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: An
     receiver.join()
     if final_checkpoint[0]:
         trainer.checkpoint_now()
-    results.put(('stopped', trainer_stats(trainer, buffer)))
+    results.put(StatsReport(trainer_stats(trainer, buffer), final=True))
 
 
-def _store(message: tuple, buffer: StreamingBuffer, history: ObservationHistory,
+def _store(block: SampleBlock, buffer: StreamingBuffer, history: ObservationHistory,
            physics: Optional[_PhysicsState]) -> None:
     """Append one block of samples to the child's buffer and history mirror."""
-    _, stamps, observations, actions, targets, has_target, physics_state = message
-    for k in range(stamps.shape[0]):
-        history.append(observations[k], actions[k])
-        if has_target[k]:
-            buffer.append(float(stamps[k]), observations[k], actions[k], targets[k])
-    if physics is not None and physics_state is not None:
-        physics.value = physics_state
+    for k in range(block.stamps.shape[0]):
+        history.append(block.observations[k], block.actions[k])
+        if block.has_target[k]:
+            buffer.append(float(block.stamps[k]), block.observations[k], block.actions[k],
+                          block.targets[k])
+    if physics is not None and block.physics_state is not None:
+        physics.value = block.physics_state
 
 
 class ProcessLearner(ContinualLearner):

@@ -13,7 +13,8 @@ import math
 import time
 from typing import Dict, List, NamedTuple, Optional
 
-from robot_dynamics_learning.models.base import DynamicsModel, SequenceBatch
+from robot_dynamics_learning.core_types import SequenceBatch
+from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.common import ModelConfig
 import torch
 from tqdm import tqdm

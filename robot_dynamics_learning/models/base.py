@@ -2,46 +2,53 @@
 The one interface every dynamics model implements (DESIGN.md, "One model interface").
 
 Trainer, predictor node, bag evaluator and MPC talk to models only through `DynamicsModel`,
-so a model is swapped by a config value. Shapes: B batch, T time, all tensors float.
+so a model is swapped by a config value. The value types live in `core_types.py` (the lowest
+layer) and are re-exported here. Shapes: B batch, T time, all tensors float.
 """
 import abc
 import math
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Protocol, Tuple
 
+import numpy as np
+from robot_dynamics_learning.core_types import Prediction, SequenceBatch, StepOutput
 import torch
 from torch import nn
 
-
-class SequenceBatch(NamedTuple):
-    """
-    A batch of training windows.
-
-    observations: (B, T, n_obs) what the robot measures at each step (inverse dynamics: the
-        normalised-later raw [q, qd, qdd]; forward dynamics: o_t).
-    actions: (B, T, n_act) the commands applied at step t (width 0 where there are none).
-    targets: (B, T, n_target) what the model must predict at step t (tau_t, o_{t+1} or a_t).
-    observation_valid: optional (B, T) bool mask; False marks a missing observation.
-    """
-
-    observations: torch.Tensor
-    actions: torch.Tensor
-    targets: torch.Tensor
-    observation_valid: Optional[torch.Tensor] = None
+# Re-exported: models and older callers import the value types from here.
+__all__ = ['DynamicsModel', 'NumpyStepper', 'OnlinePhysics', 'PhysicsSplit', 'Prediction',
+           'SequenceBatch', 'StepOutput', 'check_finite']
 
 
-class Prediction(NamedTuple):
-    """Model output in physical units: mean (..., n_target) and variance or None."""
+class NumpyStepper(Protocol):
+    """A numpy twin of a model's `step` for batch 1 (no torch dispatch on the hot path)."""
 
-    mean: torch.Tensor
-    variance: Optional[torch.Tensor]
+    def state_from(self, state: Any) -> Any:
+        """Return the stepper's state for the model's (torch) recurrent `state`."""
+
+    def step(self, state: Any, observation: np.ndarray) -> Tuple[np.ndarray, Any]:
+        """Return (prediction (n_target,), next state) for one observation."""
 
 
-class StepOutput(NamedTuple):
-    """Result of one streaming step: prediction, its variance (or None) and the next state."""
+class OnlinePhysics(Protocol):
+    """The physics part of a split model, predicted and re-identified per sample."""
 
-    prediction: torch.Tensor
-    variance: Optional[torch.Tensor]
-    state: Any
+    resets: int
+
+    def predict(self, observation: np.ndarray) -> np.ndarray:
+        """Return the physics' prediction (n_target,) for one observation."""
+
+    def update(self, target: np.ndarray) -> None:
+        """Re-identify from what the physics should have predicted for the last observation."""
+
+    def state(self) -> np.ndarray:
+        """Return the estimate a checkpoint stores."""
+
+
+class PhysicsSplit(NamedTuple):
+    """A model split for continual learning: a NEW residual-only model plus online physics."""
+
+    residual: 'DynamicsModel'
+    physics: OnlinePhysics
 
 
 class DynamicsModel(nn.Module, abc.ABC):
@@ -54,7 +61,14 @@ class DynamicsModel(nn.Module, abc.ABC):
     """
 
     kind: str = 'inverse'
-    # True for models conditioned on their data in one solve (`fit_data`), not by gradient steps.
+    # Declared abilities, with the defaults of a plain learned model; generic code reads
+    # these instead of probing with getattr or branching on classes.
+    model_type: Optional[str] = None   # the registry name, set by `registry.build_model`
+    joint_names: Optional[Tuple[str, ...]] = None   # the URDF's joints (URDF-built models)
+    # Versioned tag of what the targets mean ('<name>/<version>'); a checkpoint loads only
+    # into a model with the same tag. Bump the version when the meaning changes.
+    convention: str = ''
+    # Trained by one closed-form fit on all data (an exact GP), not by gradient steps.
     fits_in_closed_form: bool = False
 
     @abc.abstractmethod
@@ -88,6 +102,18 @@ class DynamicsModel(nn.Module, abc.ABC):
         Differentiable with respect to `actions` and the parameters: the MPC uses it.
         """
         raise NotImplementedError(f'{type(self).__name__} is an inverse model: no rollout')
+
+    def numpy_stepper(self) -> Optional[NumpyStepper]:
+        """Return a numpy twin of `step` for streaming prediction, or None (use `step`)."""
+        return None
+
+    def split_physics(self) -> Optional[PhysicsSplit]:
+        """
+        Return a new residual-only model and the online physics, or None (nothing to split).
+
+        This model is left as it was; the continual learner trains the returned residual.
+        """
+        return None
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> None:

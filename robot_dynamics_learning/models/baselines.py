@@ -32,6 +32,7 @@ class PreviousValueInverse(DynamicsModel):
     config_class = PreviousValueConfig
     sees_previous_torque = True
     target_convention = 'absolute joint torque tau_t (N m)'
+    convention = 'joint_torque/1'
 
     def __init__(self, config: PreviousValueConfig, n_obs: int, n_act: int,
                  n_target: int) -> None:

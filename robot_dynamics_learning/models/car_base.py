@@ -47,6 +47,7 @@ class CarModel(DynamicsModel):
 
     kind = 'forward'
     target_convention = 'next observation o_{t+1} = [x, y, yaw, vx, vy, r] after h seconds'
+    convention = 'car_next_pose_velocity/1'
 
     def __init__(self, config: Any, n_obs: int = N_OBS, n_act: int = N_ACT,
                  n_target: int = N_OBS) -> None:

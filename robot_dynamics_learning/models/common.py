@@ -101,6 +101,7 @@ class InverseModel(DynamicsModel):
 
     kind = 'inverse'
     target_convention = 'absolute joint torque tau_t (N m)'
+    convention = 'joint_torque/1'
 
     def __init__(self, config: ModelConfig, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__()

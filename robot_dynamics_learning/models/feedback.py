@@ -67,6 +67,7 @@ class FeedbackForwardModel(DynamicsModel):
 
     kind = 'forward'
     target_convention = FORWARD_CONVENTION
+    convention = 'next_observation_difference/1'
     variance_weight = 0.0
 
     def __init__(self, n_obs: int, n_act: int, n_target: int) -> None:

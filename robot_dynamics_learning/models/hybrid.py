@@ -34,8 +34,8 @@ from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.dynamics.algorithms import inertial_regressor, inertial_vector
 from robot_dynamics_learning.dynamics.learnable import LearnableRigidBody
 from robot_dynamics_learning.dynamics.model import RobotModel
-from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
-                                                 StepOutput)
+from robot_dynamics_learning.models.base import (DynamicsModel, PhysicsSplit, Prediction,
+                                                 SequenceBatch, StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, InputSupport,
                                                    ModelConfig, Normalizer, StatelessStep,
                                                    SUPPORT_LENGTH)
@@ -315,6 +315,7 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
     kind = 'inverse'
     config_class = RigidBodyConfig
     target_convention = 'absolute joint torque tau_t (N m)'
+    convention = 'joint_torque/1'
 
     def __init__(self, config: RigidBodyConfig, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__()
@@ -356,14 +357,15 @@ class HybridInverse(DynamicsModel):
     tau_t = RNEA(x_t) + Y_last(x_t) dphi + LSTM residual; the residual has its own statistics.
 
     dphi (buffer `payload`, 10 values, saved with the weights) is the online payload estimate
-    (zero offline). `split_physics()` switches a model to the continual learner's split:
-    `step`, `forward` and `loss` then see only the residual, and the returned
-    `PayloadEstimator` computes and re-identifies the physics per sample.
+    (zero offline). `split_physics()` returns the continual learner's split: a copy whose
+    `step`, `forward` and `loss` see only the residual, and a `PayloadEstimator` that computes
+    and re-identifies the physics per sample.
     """
 
     kind = 'inverse'
     config_class = HybridConfig
     target_convention = 'absolute joint torque tau_t (N m) = RNEA + learned residual'
+    convention = 'joint_torque_rnea_plus_residual/1'
 
     def __init__(self, config: HybridConfig, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__()
@@ -388,22 +390,25 @@ class HybridInverse(DynamicsModel):
         clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
         return clone
 
-    def split_physics(self) -> PayloadEstimator:
+    def split_physics(self) -> PhysicsSplit:
         """
-        Return the online physics part; from now on this model predicts the residual only.
+        Return a residual-only copy of this model and the online physics part.
 
-        The estimator starts from the saved payload. Needs the URDF's own parameters: learnable
-        inertias, damping or friction are trained offline, not in this split.
+        The copy's `step`, `forward` and `loss` see only the residual; this model is left
+        unchanged. The estimator starts from the saved payload. Needs the URDF's own
+        parameters: learnable inertias, damping or friction are trained offline, not in this
+        split.
         """
         config = self.config
         if config.learn_inertia or config.learn_damping or config.learn_friction:
             raise ValueError('split_physics (continual learning) needs learn_inertia, '
                              'learn_damping and learn_friction false')
-        self.residual_only = True
-        return PayloadEstimator(self.regressor,
-                                PayloadConfig(forgetting=config.payload_forgetting,
-                                              start_after=config.payload_start_after),
-                                self.payload.numpy())
+        residual = copy.deepcopy(self)
+        residual.residual_only = True
+        return PhysicsSplit(residual, PayloadEstimator(
+            self.regressor, PayloadConfig(forgetting=config.payload_forgetting,
+                                          start_after=config.payload_start_after),
+            self.payload.numpy()))
 
     def _physics(self, observation: torch.Tensor) -> torch.Tensor:
         """Rigid-body torque with the payload estimate, (..., d) for x (..., 3 d)."""

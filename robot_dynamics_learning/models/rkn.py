@@ -234,6 +234,7 @@ class AcRKNInverse(DynamicsModel):
     config_class = AcRKNInverseConfig
     sees_previous_torque = True   # judged on the change tau(t) - tau(t-1) (learning.evaluation)
     target_convention = 'absolute joint torque tau_t (N m) = tau_{t-1} + learned difference'
+    convention = 'joint_torque_previous_plus_difference/1'
 
     def __init__(self, config: AcRKNInverseConfig, n_obs: int, n_act: int,
                  n_target: int) -> None:

@@ -10,7 +10,6 @@ are simulated up to three ahead of publication: `block` 50 at 1 kHz, 150 ms). Wi
 `publish_command` the motor torque also goes out as `std_msgs/Float64MultiArray`
 (ros2_control effort-controller style).
 """
-import functools
 import threading
 import time
 from typing import List
@@ -20,11 +19,10 @@ from rclpy._rclpy_pybind11 import RCLError
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from robot_dynamics_learning.nodes.conversions import float64_array_msg, joint_state_msg
-from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
-from robot_dynamics_learning.sim.arm import ArmConfig
-from robot_dynamics_learning.sim.arm_stream import ArmStream
-from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
+from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
+from robot_dynamics_learning.sim.arm_stream import ArmStream, SimBlock, SimEvent
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 
@@ -35,62 +33,23 @@ class ArmSimNode(Node):
     def __init__(self) -> None:
         super().__init__('arm_sim')
 
-        declare = functools.partial(declare_parameter, self)
-
-        declare('urdf', '', 'arm URDF path (empty: the package urdf/panda.urdf)')
-        declare('rate_hz', 1000.0, 'sample (and publish) rate; the simulation integrates in '
-                'steps of at most 1 ms', 1.0, 10000.0)
-        declare('real_time_factor', 1.0, 'simulated seconds per wall second (0: as fast '
-                'as possible)', 0.0, 100.0)
-        declare('block', 50, 'samples simulated ahead per block (larger: fewer, bigger '
-                'batched torch calls per sample; payload changes apply from the next block)')
-        declare('torch_threads', 1, 'torch intra-op threads of the simulation (1: its small '
-                'batched calls run about 10x slower split over two threads on a 2-core CPU)')
-        declare('trajectory', 'excitation', f'reference trajectory, one of {MODES}')
-        declare('payload_mass', 0.0, 'payload at the flange (kg); may change at run time',
-                0.0, 50.0, dynamic=True)
-        declare('payload_com', [0.0, 0.0, 0.05], 'payload centre of mass in the flange frame '
-                '(m)')
-        declare('noise_position', 1e-4, 'position noise standard deviation (rad)')
-        declare('noise_velocity', 2e-3, 'velocity noise standard deviation (rad/s)')
-        declare('noise_effort', 0.05, 'effort noise standard deviation (N m)')
-        declare('publish_command', False, 'also publish the motor torque on command_topic')
-        declare('command_topic', '/effort_controller/commands', 'torque command topic')
-        declare('duration_s', 0.0, 'stop publishing after this many simulated seconds (0: '
-                'never)')
-        declare('seed', 0, 'random seed of the trajectory and the sensor noise')
-        declare('payload_schedule', Parameter.Type.DOUBLE_ARRAY, 'scripted payload changes '
-                '[t1, mass1, t2, mass2, ...] (simulated s, kg); unset: none')
-        get = self.get_parameter
-        schedule = list(self.get_parameter_or(
-            'payload_schedule', Parameter('payload_schedule', value=[])).value)
-        if len(schedule) % 2:
-            raise ValueError(f'payload_schedule needs (time, mass) pairs, got {schedule}')
-        block = int(get('block').value)
-        config = ArmConfig(
-            urdf=get('urdf').value, dt=1.0 / get('rate_hz').value,
-            noise_position=get('noise_position').value,
-            noise_velocity=get('noise_velocity').value, noise_effort=get('noise_effort').value,
-            payload_mass=get('payload_mass').value,
-            payload_com=tuple(get('payload_com').value), seed=get('seed').value,
-            reference=ReferenceConfig(mode=get('trajectory').value, seed=get('seed').value))
+        self.params = params = declare_config(self, ArmSimConfig)
+        config = params.arm_config()
         # The physics runs in a child process, whole blocks ahead of their due times: in
         # this process it took turns with the publisher for the GIL and the CPU, and samples
         # went out late every block (sim/arm_stream.py).
-        self.stream = ArmStream(config, block, get('duration_s').value,
-                                list(zip(schedule[::2], schedule[1::2])),
-                                threads=get('torch_threads').value)
+        self.stream = ArmStream(config, params.block, params.duration_s, params.schedule(),
+                                threads=params.torch_threads)
         self.stream.start(cancelled=lambda: not self.context.ok())
         self.names: List[str] = self.stream.joint_names
-        self.factor = get('real_time_factor').value
+        self.factor = params.real_time_factor
         self.sim_time = 0.0
         self.payload = config.payload_mass
         self.published = 0
         self.overruns = 0
         self.pub_states = self.create_publisher(JointState, 'joint_states', 10)
-        self.pub_command = (self.create_publisher(Float64MultiArray, get('command_topic').value,
-                                                  10)
-                            if get('publish_command').value else None)
+        self.pub_command = (self.create_publisher(Float64MultiArray, params.command_topic, 10)
+                            if params.publish_command else None)
         self.create_subscription(Float64, '~/payload_mass', self._on_payload, 10)
         self.add_on_set_parameters_callback(self._on_parameters)
         self.create_timer(5.0, self._log_rate)
@@ -100,7 +59,7 @@ class ArmSimNode(Node):
                                         daemon=True)
         self._thread.start()
         self.get_logger().info(f'simulating {len(self.names)} joints at '
-                               f'{get("rate_hz").value:.0f} Hz, payload '
+                               f'{params.rate_hz:.0f} Hz, payload '
                                f'{config.payload_mass} kg')
 
     def _log_rate(self) -> None:
@@ -136,13 +95,13 @@ class ArmSimNode(Node):
             message = self.stream.next_message(timeout=0.1)
             if message is None:
                 continue
-            if message[0] in ('log', 'error'):
+            if isinstance(message, SimEvent):
                 log = self.get_logger()
-                (log.info if message[0] == 'log' else log.error)(message[1])
+                (log.error if message.error else log.info)(message.text)
                 continue
-            if message[0] != 'block':   # the end of the simulated duration
+            if not isinstance(message, SimBlock):   # the end of the simulated duration
                 return
-            _, samples, self.payload = message
+            samples, self.payload = message.samples, message.payload_kg
             for k, t in enumerate(samples.time):
                 if self.factor > 0:
                     delay = start_wall + t / self.factor - time.monotonic()

@@ -19,10 +19,12 @@ fails, whose plan fails the safety checks, or that finds the state stale sends t
 one that misses budget_s drives on the best plan found so far (`degrade`, the default;
 counted in late_ticks and warm_start_ticks), or brakes with degrade false.
 use_sim_time cannot change at run time (refused): without /clock it would stop both timers.
+A lifecycle node (nodes/lifecycle.py): configure loads the model and warms up the MPC,
+deactivate sends the brake command and stops commanding, cleanup frees the MPC; with
+autostart (default) it configures and activates itself at start.
 Counters (commands, brake_*, rejected_*) and solve-time percentiles go to /diagnostics twice
 a second.
 """
-import functools
 from pathlib import Path
 import threading
 
@@ -30,127 +32,95 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.control.car_supervisor import BRAKE, CarSupervisor, SKIP, SOLVE
 from robot_dynamics_learning.control.car_training import load_car_model
-from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
-from robot_dynamics_learning.control.nlp import make_optimizer, SOLVERS
+from robot_dynamics_learning.control.mpc import TrackMPC
+from robot_dynamics_learning.control.nlp import make_optimizer
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping, PoseParser,
                                                        stamp_to_ns, twist_msg)
-from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
-from robot_dynamics_learning.nodes.parameters import refuse_clock_changes
+from robot_dynamics_learning.nodes.lifecycle import ManagedNode
+from robot_dynamics_learning.nodes.parameters import declare_config, refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
 import torch
 
 
-class CarMPCNode(Node):
-    """Thin wrapper around TrackMPC with stale-state and budget safety."""
+class CarMPCNode(ManagedNode):
+    """Thin lifecycle wrapper around TrackMPC with stale-state and budget safety."""
 
     def __init__(self) -> None:
         super().__init__('car_mpc')
 
-        declare = functools.partial(declare_parameter, self)
-
-        declare('track_file', 'config/tracks/oval.yaml', 'race track YAML (control/track.py)')
-        declare('checkpoint', 'config/models/car_mlp_sim.pt', 'car model checkpoint (used '
-                'when checkpoint_dir is empty or holds none yet)')
-        declare('checkpoint_dir', '', 'folder of car_model_learner checkpoints; the newest is '
-                'loaded and re-checked every reload_period_s (empty: none)')
-        declare('reload_period_s', 5.0, 'how often checkpoint_dir is checked (s)', 0.5, 3600.0)
-        declare('rate_hz', 20.0, 'control rate (the model step h should equal 1 / rate_hz)',
-                1.0, 200.0)
-        declare('horizon', 20, 'optimised steps', 2, 200)
-        declare('target_speed', 1.5, 'speed along the track (m/s)', 0.05, 10.0)
-        declare('solver', 'line_search', f'trajectory optimiser: {list(SOLVERS)} (line_search: '
-                'seed 003, gradient step + batched line search; ipopt: IPOPT via CasADi on the '
-                'same cost, docs/results_car.md compares them)')
-        declare('iterations', 3, 'solver iterations per tick', 1, 100)
-        declare('candidates', 32, 'line-search step sizes per iteration (line_search; the '
-                'coarse ones when refine_candidates > 0)', 1, 4096)
-        declare('refine_candidates', 16, 'finer step sizes around the best coarse one '
-                '(line_search; 0: one batch of candidates, as seed 003 with 512)', 0, 4096)
-        declare('budget_s', 0.05, 'compute budget per tick (s); iterations that would end '
-                'after 70 % of it are skipped', 0.001, 1.0)
-        declare('degrade', True, 'over budget, drive on the best plan so far (or the shifted '
-                'previous plan) instead of braking; false: a late tick brakes')
-        declare('stale_timeout_s', 0.1, 'brake when no state arrived for this long (s)', 0.01,
-                5.0)
-        declare('throttle_min', -1.0, 'lowest throttle command', -1.0, 1.0)
-        declare('throttle_max', 1.0, 'highest throttle command', -1.0, 1.0)
-        declare('steering_limit', 1.0, 'largest |steering| command', 0.0, 1.0)
-        declare('brake_throttle', 0.0, 'throttle of the brake command (steering 0)', -1.0, 1.0)
-        declare('throttle_scale', 1.0, 'Twist linear.x = throttle / throttle_scale')
-        declare('steering_scale', 1.0, 'Twist angular.z = steering / steering_scale')
-        declare('publish_gz_cmd', False, 'also publish cmd_vel_gz (speed, yaw rate) for Gazebo')
-        declare('compile', False, 'torch.compile the cost (faster; the first start compiles '
-                'for a minute or more)')
-        declare('torch_threads', 1, 'torch intra-op threads', 1, 64)
-        declare('line_search_threads', 0, 'threads sharing the batched line-search rollouts '
-                '(2 where a second core is free: about 1.6x faster line searches; 0: 2 with 4 '
-                'or more usable cores, else 1)', 0, 64)
-        declare('delay_compensation', True, 'plan from the state predicted (model plus the '
-                'committed command) at the time the command will apply: the state age plus '
-                'the expected solve time plus actuation_delay_s')
-        declare('actuation_delay_s', 0.0, 'transport and actuation delay added to the '
-                'predicted latency (s)', 0.0, 0.5)
-        get = self.get_parameter
+        self.params = params = declare_config(self, CarMPCConfig)
         refuse_clock_changes(self)   # sim time without /clock would stop the watchdog
-        torch.set_num_threads(int(get('torch_threads').value))
-        self.mapping = CommandMapping(throttle_scale=get('throttle_scale').value,
-                                      steering_scale=get('steering_scale').value)
-        steer = float(get('steering_limit').value)
-        self.config = MPCConfig(
-            horizon=get('horizon').value, target_speed=get('target_speed').value,
-            throttle_limits=(get('throttle_min').value, get('throttle_max').value),
-            steering_limits=(-steer, steer),
-            brake_command=(get('brake_throttle').value, 0.0), budget_s=get('budget_s').value,
-            compiled=get('compile').value, degrade=get('degrade').value,
-            line_search_threads=get('line_search_threads').value)
-        self.delay_compensation = bool(get('delay_compensation').value)
-        self.actuation_delay = float(get('actuation_delay_s').value)
-        self.checkpoints = (CheckpointDirectory(Path(get('checkpoint_dir').value))
-                            if get('checkpoint_dir').value else None)
-        model, self.model_path = self._initial_model(get('checkpoint').value)
-        period = 1.0 / float(get('rate_hz').value)
-        if abs(model.h - period) > 1e-6:
-            self.get_logger().warn(f'model step h={model.h} s differs from the control period '
-                                   f'{period} s: predictions assume h')
-        self.track = Track(load_track_spec(Path(get('track_file').value)))
-        optimizer = make_optimizer(get('solver').value, self.config.horizon,
-                                   get('iterations').value, get('candidates').value,
-                                   refine_candidates=get('refine_candidates').value)
-        self.mpc = TrackMPC(model, self.track, self.config, optimizer)
-        warm = self.mpc.warm_up()
-        self.get_logger().info(f'MPC ready on {self.track.spec.name} ({self.track.length:.1f} m'
-                               f' lap), model {self.model_path}, warm-up {warm:.1f} s')
+        torch.set_num_threads(params.torch_threads)
+        self.mapping = CommandMapping(throttle_scale=params.throttle_scale,
+                                      steering_scale=params.steering_scale)
+        self.config = params.mpc_config()
+        self.delay_compensation = params.delay_compensation
+        self.actuation_delay = params.actuation_delay_s
+        self.checkpoints = (CheckpointDirectory(Path(params.checkpoint_dir))
+                            if params.checkpoint_dir else None)
+        self.period = 1.0 / params.rate_hz
+        self.mpc = self.supervisor = None   # built by configure
+        self.counts = {}
         self._lock = threading.Lock()
         self._solve_lock = threading.Lock()
         self.pose_parser = PoseParser(check_stamps=False)   # stamps: the supervisor's
-        self.supervisor = CarSupervisor(float(get('stale_timeout_s').value),
-                                        lambda: self.get_clock().now().nanoseconds)
-        self.counts = self.supervisor.counts
-        self.counts.update(model_reloads=0, late_ticks=0, warm_start_ticks=0)
         self.solve_times = []
         self.delays = []
         self.pub_command = self.create_publisher(Twist, 'command', 10)
         self.pub_gz = (self.create_publisher(Twist, 'cmd_vel_gz', 10)
-                       if get('publish_gz_cmd').value else None)
+                       if params.publish_gz_cmd else None)
         inputs = MutuallyExclusiveCallbackGroup()
         self.create_subscription(PoseStamped, 'car/pose', self._on_pose, qos_profile_sensor_data,
                                  callback_group=inputs)
         self.create_subscription(TwistStamped, 'car/twist', self._on_twist,
                                  qos_profile_sensor_data, callback_group=inputs)
-        self.create_timer(period, self._tick, callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(self.period, self._tick,
+                          callback_group=MutuallyExclusiveCallbackGroup())
         self.create_timer(0.01, self._watchdog, callback_group=MutuallyExclusiveCallbackGroup())
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_timer(0.5, self._diagnostics, callback_group=inputs)
         self.create_timer(5.0, self._log, callback_group=inputs)
         if self.checkpoints is not None:
-            self.create_timer(get('reload_period_s').value, self._reload, callback_group=inputs)
+            self.create_timer(params.reload_period_s, self._reload, callback_group=inputs)
+        self.autostart()
+
+    def configure(self) -> None:
+        """Load the model and track, build and warm up the MPC, start the supervisor."""
+        params = self.params
+        model, self.model_path = self._initial_model(params.checkpoint)
+        if abs(model.h - self.period) > 1e-6:
+            self.get_logger().warn(f'model step h={model.h} s differs from the control period '
+                                   f'{self.period} s: predictions assume h')
+        self.track = Track(load_track_spec(Path(params.track_file)))
+        optimizer = make_optimizer(params.solver, self.config.horizon, params.iterations,
+                                   params.candidates, refine_candidates=params.refine_candidates)
+        mpc = TrackMPC(model, self.track, self.config, optimizer)
+        warm = mpc.warm_up()
+        self.get_logger().info(f'MPC ready on {self.track.spec.name} ({self.track.length:.1f} m'
+                               f' lap), model {self.model_path}, warm-up {warm:.1f} s')
+        supervisor = CarSupervisor(params.stale_timeout_s,
+                                   lambda: self.get_clock().now().nanoseconds)
+        supervisor.counts.update(model_reloads=0, brake_inactive=0, late_ticks=0,
+                                 warm_start_ticks=0)
+        with self._lock:
+            self.mpc, self.supervisor, self.counts = mpc, supervisor, supervisor.counts
+
+    def deactivate(self) -> None:
+        """Send the brake command: an inactive controller leaves the car braked."""
+        with self._lock:
+            self._publish_brake('inactive')
+
+    def cleanup(self) -> None:
+        """Free the MPC and its model."""
+        with self._lock, self._solve_lock:
+            self.mpc = self.supervisor = None
 
     def _initial_model(self, checkpoint: str):
         if self.checkpoints is not None and self.checkpoints.paths():
@@ -161,6 +131,8 @@ class CarMPCNode(Node):
         return load_car_model(Path(checkpoint)), Path(checkpoint)
 
     def _reload(self) -> None:
+        if self.mpc is None:
+            return
         paths = self.checkpoints.paths()
         if not paths or paths[-1] == self.model_path:
             return
@@ -195,6 +167,8 @@ class CarMPCNode(Node):
     def _offer(self, topic: str, stamp, values: tuple) -> None:
         stamp_ns = stamp_to_ns(stamp)
         with self._lock:
+            if self.supervisor is None:   # unconfigured
+                return
             reason = self.supervisor.offer(topic, stamp_ns, values)
         if reason is not None:
             self.get_logger().warn(f'dropped a state message: {reason} (stamp {stamp_ns} ns)',
@@ -218,11 +192,13 @@ class CarMPCNode(Node):
 
     def _watchdog(self) -> None:
         with self._lock:
-            if self.supervisor.watchdog():
+            if self.active and self.supervisor.watchdog():
                 self._publish_brake('stale')
 
     def _tick(self) -> None:
         with self._lock:
+            if not self.active:   # inactive: no command at all (deactivate sent the brake)
+                return
             decision = self.supervisor.before_solve()
             if decision.action == BRAKE:
                 self._publish_brake(decision.reason)
@@ -265,9 +241,12 @@ class CarMPCNode(Node):
                 'delay_ms_p50': round(float(np.median(self.delays[-200:])) * 1e3, 2)}
 
     def _diagnostics(self) -> None:
-        braking = self.supervisor.braking
+        if self.supervisor is None:
+            return
+        braking = self.supervisor.braking or not self.active
+        message = 'inactive' if not self.active else 'braking' if braking else 'driving'
         publish_counters(self, self.pub_diag, {**self.counts, **self._timing()},
-                         warn=braking, message='braking' if braking else 'driving')
+                         warn=braking, message=message)
 
     def _log(self) -> None:
         self.get_logger().info(f'{self.counts}; {self._timing()}')

@@ -8,7 +8,6 @@ dropouts (frames not published) and optional jumps. Ground truth goes out on `~/
 and `~/true_twist` (body velocities) for evaluation. A command older than command_timeout_s
 is replaced by zero throttle and steering (the car rolls to a stop).
 """
-import functools
 import math
 import threading
 import time
@@ -21,12 +20,13 @@ from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
                                                        planar_pose_msg, time_msg)
-from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
+from robot_dynamics_learning.sim.car_sim_params import CarSimConfig
 from sensor_msgs.msg import Joy
 
-COMMAND_TYPES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
+COMMAND_MESSAGES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
 
 
 class CarSimNode(Node):
@@ -35,54 +35,24 @@ class CarSimNode(Node):
     def __init__(self) -> None:
         super().__init__('car_sim')
 
-        declare = functools.partial(declare_parameter, self)
-
-        declare('mocap_rate_hz', 240.0, 'mocap frame rate (also the simulation step)',
-                10.0, 1000.0)
-        declare('position_std', 0.002, 'mocap position noise (m)', 0.0, 1.0)
-        declare('yaw_std', 0.005, 'mocap yaw noise (rad)', 0.0, 1.0)
-        declare('dropout', 0.02, 'probability that a mocap frame is lost', 0.0, 1.0)
-        declare('jump_probability', 0.0, 'probability of a one-frame position jump', 0.0, 1.0)
-        declare('jump_size', 0.5, 'size of a mocap jump (m)', 0.0, 10.0)
-        declare('command_type', 'twist', f'command message type: {sorted(COMMAND_TYPES)}')
-        declare('throttle_axis', 1, 'Joy axis of the throttle')
-        declare('steering_axis', 3, 'Joy axis of the steering')
-        declare('throttle_scale', 1.0, 'throttle = throttle_scale * linear.x (or the Joy axis)')
-        declare('steering_scale', 1.0, 'steering = steering_scale * angular.z (or the Joy '
-                'axis)')
-        declare('command_timeout_s', 0.5, 'zero command after this long without one (s)',
-                0.01, 10.0)
-        declare('track_file', '', 'start on this track centre line at progress start_s '
-                '(empty: start at start_pose)')
-        declare('start_s', 0.0, 'progress along the track of the start pose (m)')
-        declare('start_pose', [0.0, 0.0, 0.0], 'start [x, y, yaw] when no track is given')
-        declare('frame_id', 'world', 'frame of the published poses')
-        declare('seed', 0, 'random seed of the mocap noise')
-        get = self.get_parameter
-        command_type = get('command_type').value
-        if command_type not in COMMAND_TYPES:
-            raise ValueError(f'command_type must be one of {sorted(COMMAND_TYPES)}, got '
-                             f'{command_type!r}')
-        self.rate = float(get('mocap_rate_hz').value)
+        config = declare_config(self, CarSimConfig)
+        command_type = config.command_type
+        self.rate = config.mocap_rate_hz
         self.params = CarParams(dt=1.0 / self.rate)
-        self.noise = MocapNoise(self.rate, get('position_std').value, get('yaw_std').value,
-                                get('dropout').value, get('jump_probability').value,
-                                get('jump_size').value)
-        self.rng = np.random.default_rng(int(get('seed').value))
+        self.noise = MocapNoise(self.rate, config.position_std, config.yaw_std, config.dropout,
+                                config.jump_probability, config.jump_size)
+        self.rng = np.random.default_rng(config.seed)
         self.parser = CarCommandParser(CommandMapping(
-            get('throttle_axis').value, get('steering_axis').value,
-            get('throttle_scale').value, get('steering_scale').value), check_stamps=False)
-        self.timeout = float(get('command_timeout_s').value)
-        self.frame_id = get('frame_id').value
+            config.throttle_axis, config.steering_axis, config.throttle_scale,
+            config.steering_scale), check_stamps=False)
+        self.timeout = config.command_timeout_s
+        self.frame_id = config.frame_id
         self.state = np.zeros((1, 6))
-        if get('track_file').value:
-            track = Track(load_track_spec(get('track_file').value))
-            self.state[0, :3] = track.pose_at(get('start_s').value)
+        if config.track_file:
+            track = Track(load_track_spec(config.track_file))
+            self.state[0, :3] = track.pose_at(config.start_s)
         else:
-            start = list(get('start_pose').value)
-            if len(start) != 3:
-                raise ValueError(f'start_pose must be [x, y, yaw], got {start}')
-            self.state[0, :3] = start
+            self.state[0, :3] = config.start_pose
         self._lock = threading.Lock()
         self._command = np.zeros(2)
         self._command_time = -math.inf
@@ -91,7 +61,7 @@ class CarSimNode(Node):
         self.pub_pose = self.create_publisher(PoseStamped, 'mocap_pose', qos_profile_sensor_data)
         self.pub_true_pose = self.create_publisher(PoseStamped, '~/true_pose', 10)
         self.pub_true_twist = self.create_publisher(TwistStamped, '~/true_twist', 10)
-        self.create_subscription(COMMAND_TYPES[command_type], 'command', self._on_command, 10)
+        self.create_subscription(COMMAND_MESSAGES[command_type], 'command', self._on_command, 10)
         self.create_timer(5.0, self._log)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name='car_sim', daemon=True)

@@ -9,6 +9,9 @@ then stores the sample for the trainer thread (learning/continual.py). Bad messa
 skipped, counted by reason and logged; the node never stops on them. Diagnostics (counts,
 training loss, prequential nMSE, latency) go to `/diagnostics` and the log periodically.
 Checkpoints: atomic, the last N kept, resumed at start (learning/checkpoint.py).
+A lifecycle node (nodes/lifecycle.py): configure builds the learner (at the first message
+when joint_names is unset), inactive it neither predicts nor learns, cleanup stops training
+with a last checkpoint and frees the model; autostart (default) activates it at start.
 
 Kept fast for a 1 kHz stream on a small CPU: the node spins on a SingleThreadedExecutor
 (less per-message overhead than the multi-threaded one), reuses one outgoing message per
@@ -25,69 +28,52 @@ from typing import List, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
-from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 from robot_dynamics_learning.data.messages import Reason
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, save_to_directory
-from robot_dynamics_learning.learning.continual import (ContinualLearner,
-                                                        InverseDynamicsStream,
-                                                        learner_config, LEARNER_PARAMETERS)
+from robot_dynamics_learning.learning.continual import ContinualLearner, InverseDynamicsStream
+from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
+                                                             model_config_class,
+                                                             model_settings, URDF_MODELS)
 from robot_dynamics_learning.learning.prequential import LatencyLog, Recorder
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
                                                        JointStateParser,
                                                        PredictedTorquePublisher)
-from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
-from robot_dynamics_learning.nodes.parameters import (declare_stamp_bounds,
+from robot_dynamics_learning.nodes.lifecycle import ManagedNode
+from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node, take_pending
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
-from robot_dynamics_learning.sim.arm import find_urdf
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 import torch
 
-INVERSE_MODELS = ('lstm', 'ac_rkn_inverse', 'hybrid', 'rigid_body', 'ffnn')
-URDF_MODELS = ('hybrid', 'rigid_body')   # their model_config names a URDF
 # The trainer process's final checkpoint may take this long: a node has 2 s to end after
 # SIGINT (launch escalates to SIGTERM after 5 s); past it the periodic checkpoints remain.
 TRAINER_STOP_TIMEOUT_S = 1.2
 
 
-class DynamicsLearnerNode(Node):
+class DynamicsLearnerNode(ManagedNode):
     """Thin ROS wrapper around `ContinualLearner` (all learning is ROS-free)."""
 
     def __init__(self) -> None:
         super().__init__('dynamics_learner')
-        self._declare_parameters()
-        get = self.get_parameter
-        self.model_type = get('model').value
-        if self.model_type not in INVERSE_MODELS:
-            raise ValueError(f'parameter model must be one of {INVERSE_MODELS}, got '
-                             f"'{self.model_type}'")
-        self.model_config = json.loads(get('model_config').value or '{}')
-        if self.model_type in URDF_MODELS and 'urdf' not in self.model_config:
-            urdf = get('urdf').value or 'panda.urdf'
-            self.model_config['urdf'] = str(urdf if '/' in urdf else find_urdf(urdf))
-        try:   # at start, naming the model: not at the first message
-            config = model_builder(self.model_type).config_class.from_dict(self.model_config)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"model_config does not fit model '{self.model_type}': "
-                             f'{error}') from None
-        torch.set_num_threads(get('torch_threads').value)
-        names = list(self.get_parameter_or('joint_names',
-                                           Parameter('joint_names', value=[])).value)
+        self.params = params = declare_config(self, DynamicsLearnerConfig,
+                                              {'model_config': model_config_class})
+        self.model_type = params.model
+        # Checked at start, naming the model: not at the first message.
+        self.model_config = model_settings(params.model, params.model_config, params.urdf)
+        config = model_builder(self.model_type).config_class.from_dict(self.model_config)
+        torch.set_num_threads(params.torch_threads)
+        names = list(params.joint_names or ())
         self._urdf_joints: Optional[List[str]] = None
         if not names and self.model_type in URDF_MODELS:
             # Physics models need the URDF's joint order: messages are reordered by name.
             names = self._urdf_joints = list(load_urdf(config.path()).joint_names)
-        self.torque_source = get('torque_source').value
-        if self.torque_source not in ('effort', 'command'):
-            raise ValueError(f"torque_source must be 'effort' or 'command', got "
-                             f"'{self.torque_source}'")
+        self.torque_source = params.torque_source
         # Stamps bounded against the node clock; a jump back by time_reset_s is a reset,
         # flagged by the parser only once the whole message is valid.
         refuse_clock_changes(self)
@@ -95,7 +81,7 @@ class DynamicsLearnerNode(Node):
                                        velocity=FieldNeed.REQUIRED,
                                        effort=FieldNeed.OPTIONAL,
                                        bounds=declare_stamp_bounds(
-                                           self, reset_after_s=get('time_reset_s').value))
+                                           self, reset_after_s=params.time_reset_s))
         self.command_parser = ArrayParser(len(names) if names else None)
         self.time_resets = 0
         self.predict_only = 0
@@ -112,106 +98,48 @@ class DynamicsLearnerNode(Node):
         # Sensor-data QoS (best effort, volatile) with a deeper queue than its 5: a burst from
         # a publisher that fell behind is absorbed instead of dropped, while the depth still
         # bounds the backlog (queue_depth samples, 20 ms at 1 kHz by default).
-        qos = QoSProfile(depth=get('queue_depth').value,
+        qos = QoSProfile(depth=params.queue_depth,
                          reliability=qos_profile_sensor_data.reliability,
                          durability=qos_profile_sensor_data.durability)
-        self.lockstep = get('lockstep').value
-        if self.lockstep and get('updates_per_sample').value == 0:
-            raise ValueError('lockstep needs updates_per_sample > 0 (a finite budget)')
-        if self.lockstep:   # evaluation: every message, none dropped while training
-            qos = QoSProfile(depth=get('queue_depth').value, history=HistoryPolicy.KEEP_ALL,
+        if params.lockstep:   # evaluation: every message, none dropped while training
+            qos = QoSProfile(depth=params.queue_depth, history=HistoryPolicy.KEEP_ALL,
                              reliability=ReliabilityPolicy.RELIABLE)
-        self.drain_max = get('drain_max').value
+        self.drain_max = params.drain_max
         self.subscription = self.create_subscription(JointState, 'joint_states',
                                                      self._on_joint_state, qos)
         if self.torque_source == 'command':
-            self.create_subscription(Float64MultiArray, get('command_topic').value,
+            self.create_subscription(Float64MultiArray, params.command_topic,
                                      self._on_command, 10)
-        self.create_timer(get('diagnostics_period_s').value, self._publish_diagnostics)
-        if names:
-            self._build(names)
+        self.create_timer(params.diagnostics_period_s, self._publish_diagnostics)
+        self._names = names
+        self.inactive_dropped = 0
+        self.autostart()
+
+    def configure(self) -> None:
+        """Build the learner now if the joint names are known (else at the first message)."""
+        if self._names:
+            self._build(self._names)
         self.get_logger().info(
             f"learning '{self.model_type}' inverse dynamics from {self.torque_source} on "
             f"{self.resolve_topic_name('joint_states')}")
 
-    def _declare_parameters(self) -> None:
-        declare = functools.partial(declare_parameter, self)
-
-        declare('model', 'lstm', f'model type, one of {INVERSE_MODELS}')
-        declare('model_config', '{}', 'model settings as a JSON object (see docs/models.md)')
-        declare('urdf', '', 'robot URDF of the hybrid and rigid_body models unless '
-                'model_config names one: a path, or a file name in the urdf/ folder of the '
-                'package; empty: panda.urdf (the simulated arm)')
-        declare('joint_names', Parameter.Type.STRING_ARRAY, 'joints to learn, in this order; '
-                'unset: adopt the names of the first message')
-        declare('torque_source', 'effort', "'effort' (JointState effort) or 'command' "
-                '(Float64MultiArray on command_topic, joint order as joint_names)')
-        declare('command_topic', '/effort_controller/commands', 'torque command topic')
-        declare('checkpoint_dir', '', 'folder for checkpoints; empty disables them')
-        declare('keep_checkpoints', 3, 'checkpoints kept', 1, 1000)
-        declare('checkpoint_period_s', 30.0, 'seconds between checkpoints', 0.1, 86400.0)
-        declare('resume', True, 'continue from the newest valid checkpoint if there is one')
-        declare('batch_size', 128, 'windows per mini-batch', 1, 4096)
-        declare('window', 32, 'steps per training window', 1, 1000)
-        declare('learning_rate', 3e-3, 'Adam learning rate', 1e-6, 1.0)
-        declare('grad_clip', 1.0, 'maximum gradient norm', 1e-6, 1e6)
-        declare('updates_per_sample', 0.05, 'training budget: updates per received sample '
-                '(0: as fast as possible)', 0.0, 10.0)
-        declare('warmup_samples', 1000, 'samples before the first update (normalisation fit)',
-                1, 10_000_000)
-        declare('recent_capacity', 20000, 'samples in the ring of recent data', 10, 10_000_000)
-        declare('reservoir_windows', 2000, 'windows kept from the whole past (0: none)',
-                0, 1_000_000)
-        declare('recent_fraction', 0.5, 'share of each batch from recent data', 0.0, 1.0)
-        declare('gap_factor', 3.0, 'a step this many times the nominal period breaks windows',
-                1.01, 1000.0)
-        declare('prequential_window', 5000, 'samples in the sliding prequential nMSE',
-                2, 10_000_000)
-        declare('renormalize_factor', 10.0, 'refit the normalisation when a channel spreads '
-                'this many times wider than at the fit (a robot that started at rest); 0: never',
-                0.0, 1e6)
-        declare('publish_every', 5, 'updates between weight hand-overs to the predictor',
-                1, 100000)
-        declare('time_reset_s', 0.5, 'a stamp this far backwards is a time reset (looping '
-                'bag): state is reset instead of rejecting', 0.0, 1e9)
-        declare('accel_window', 21, 'samples in the causal acceleration estimate (a one-sided '
-                'quadratic fit to velocities, signals/causal.py)', 3, 1000)
-        declare('diagnostics_period_s', 1.0, 'seconds between diagnostics', 0.01, 3600.0)
-        declare('queue_depth', 20, 'joint_states subscription queue (best effort): messages '
-                'absorbed in a burst; also the most a backlog can delay them', 1, 10000)
-        declare('drain_max', 20, 'queued joint states handled in one callback after a stall '
-                '(0: one per executor round trip)', 0, 10000)
-        declare('torch_threads', 1, 'torch intra-op threads (training shares the CPU)', 1, 64)
-        declare('train_cpu_share', 0.5, 'share of one core the trainer may use (it pauses '
-                'between updates); leaves the callback room at 1 kHz on a small CPU', 0.01, 1.0)
-        declare('trainer_process', True, 'train in a child process (true) instead of a thread '
-                "of this one: the callback then never waits for the trainer's interpreter "
-                'lock, and training runs at a lower CPU priority (trainer_nice)')
-        declare('trainer_nice', 10, 'niceness of the trainer process (0-19): training yields '
-                'the CPU to this node, the robot driver and the controller', 0, 19)
-        declare('lockstep', False, 'bag replay evaluation (bag_replay.launch.py): train in '
-                'the callback after each prediction, the updates_per_sample budget exactly as '
-                '`rdl replay` does, on a reliable keep-all subscription; the same scores as '
-                '`rdl replay` for a seed. Not for a robot: the callback waits for training')
-        declare('seed', 0, 'random seed of the buffer sampling and model initialisation')
-        declare('record_path', '', 'write the newest record_max_samples (stamp, measured '
-                'torque, prediction, prequential nMSE) to this .npz at shutdown; empty: off')
-        declare('record_max_samples', 200000, 'samples kept for record_path', 1, 100_000_000)
-        declare('status_path', '', 'also write the diagnostics (and last_stamp_ns, the newest '
-                'accepted stamp) to this JSON file every diagnostics period, replaced '
-                'atomically: progress for a ROS-free supervisor such as the demo; empty: off')
+    def cleanup(self) -> None:
+        """Stop training with a last checkpoint and free the model."""
+        if self.learner is not None:
+            self.learner.stop(checkpoint=True)
+        self.learner = self.stream = self.checkpoints = None
 
     def _build(self, names: List[str]) -> None:
         """Create model, learner and checkpoint folder once the joint names are known."""
-        get = self.get_parameter
+        params = self.params
         n = len(names)
         self.joint_names = names
-        torch.manual_seed(get('seed').value)
+        torch.manual_seed(params.seed)
         model, start_step, fitted = None, 0, False
-        folder = get('checkpoint_dir').value
-        if folder:
-            self.checkpoints = CheckpointDirectory(folder, get('keep_checkpoints').value)
-            if get('resume').value and self.checkpoints.paths():
+        if params.checkpoint_dir:
+            self.checkpoints = CheckpointDirectory(params.checkpoint_dir,
+                                                   params.keep_checkpoints)
+            if params.resume and self.checkpoints.paths():
                 try:
                     loaded = self.checkpoints.load_latest(names, self.model_type)
                     model, fitted = loaded.model, True
@@ -221,42 +149,47 @@ class DynamicsLearnerNode(Node):
                     self.get_logger().error(f'cannot resume, starting fresh: {error}')
         if model is None:
             model = build_model(self.model_type, self.model_config, 3 * n, n, n)
-        urdf_joints = getattr(model, 'joint_names', None)
+        urdf_joints = model.joint_names
         if urdf_joints is not None and tuple(urdf_joints) != tuple(names):
             raise ValueError(f'joint_names {names} differ from the URDF joints {urdf_joints} '
                              f'of model {self.model_type}')
-        config = learner_config({name: get(name).value for name in LEARNER_PARAMETERS})
+        config = params.learner_config()
         save = (None if self.checkpoints is None
                 else functools.partial(save_to_directory, self.checkpoints, names))
 
-        if get('record_path').value:
-            self.record = Recorder(get('record_max_samples').value, n)
-        rng = np.random.default_rng(get('seed').value)
-        if get('trainer_process').value and not self.lockstep:
+        if params.record_path:
+            self.record = Recorder(params.record_max_samples, n)
+        rng = np.random.default_rng(params.seed)
+        if params.trainer_process and not params.lockstep:
             self.learner = ProcessLearner(
                 model, 3 * n, n, n, config, rng, save=save, fit_normalization=not fitted,
                 start_step=start_step,
-                process=ProcessConfig(nice=get('trainer_nice').value,
-                                      threads=get('torch_threads').value,
+                process=ProcessConfig(nice=params.trainer_nice,
+                                      threads=params.torch_threads,
                                       stop_timeout_s=TRAINER_STOP_TIMEOUT_S))
         else:
             self.learner = ContinualLearner(model, 3 * n, n, n, config, rng, save=save,
                                             fit_normalization=not fitted,
                                             start_step=start_step)
         self.stream = InverseDynamicsStream(n, CausalDifferentiator(
-            n, window=get('accel_window').value))
+            n, window=params.accel_window))
         if self.command_parser.size is None:
             self.command_parser = ArrayParser(n)
         self.predictions.set_joint_names(names)
-        if not self.lockstep:   # in lockstep the callback trains (train_pending)
+        if not params.lockstep:   # in lockstep the callback trains (train_pending)
             self.learner.start()
 
     def _on_command(self, msg: Float64MultiArray) -> None:
+        if not self.active:
+            return
         result = self.command_parser.parse(msg)
         if result.ok:
             self._last_command = result.value
 
     def _on_joint_state(self, msg: JointState) -> None:
+        if not self.active:   # inactive: no prediction, no learning
+            self.inactive_dropped += 1
+            return
         self._handle_joint_state(msg)
         # Messages that queued up meanwhile (after a stall) are handled here, not one
         # executor round trip each: the backlog drains about twice as fast.
@@ -287,7 +220,7 @@ class DynamicsLearnerNode(Node):
         observation, action, target = features
         mean, variance = self.learner.observe(stamp, observation, action, target)
         self.predictions.publish(msg.header.stamp, mean, variance)
-        if self.lockstep:
+        if self.params.lockstep:
             self.learner.trainer.train_pending()
         now_ns = self.get_clock().now().nanoseconds
         self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
@@ -321,6 +254,7 @@ class DynamicsLearnerNode(Node):
         values = {f'messages_{key}': value
                   for key, value in self.parser.counter.as_dict().items()}
         values.update(time_resets=self.time_resets, predict_only=self.predict_only,
+                      inactive_dropped=self.inactive_dropped,
                       commands_rejected=self.command_parser.counter.total_rejected)
         if self.checkpoints is not None:
             values.update({f'checkpoints_skipped_{reason}': n
@@ -336,13 +270,13 @@ class DynamicsLearnerNode(Node):
                                   hardware_id=self.get_fully_qualified_name())
         error = values.get('last_error', '')
         status.level = DiagnosticStatus.WARN if error else DiagnosticStatus.OK
-        status.message = error or 'learning'
+        status.message = error or ('learning' if self.active else 'inactive')
         status.values = [KeyValue(key=key, value=f'{value:.6g}' if isinstance(value, float)
                                   else str(value)) for key, value in values.items()]
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self.pub_diag.publish(array)
-        if self.get_parameter('status_path').value:
+        if self.params.status_path:
             self._write_status(values)
         self.get_logger().info(
             f"{self.parser.counter.summary()}; samples {values.get('samples', 0)}, "
@@ -352,7 +286,7 @@ class DynamicsLearnerNode(Node):
             ' ms')
 
     def _write_status(self, values: dict) -> None:
-        path = Path(self.get_parameter('status_path').value)
+        path = Path(self.params.status_path)
         partial = path.with_name(path.name + '.partial')
         partial.write_text(json.dumps({**values, 'last_stamp_ns': self.parser.stamps.last_ns},
                                       default=float))   # numpy scalars
@@ -360,10 +294,9 @@ class DynamicsLearnerNode(Node):
 
     def destroy_node(self) -> None:
         """Stop training and write a last checkpoint before the node goes."""
-        if self.learner is not None:
-            self.learner.stop(checkpoint=True)
+        self.cleanup()
         if self.record is not None:
-            path = self.record.save(self.get_parameter('record_path').value, self.joint_names)
+            path = self.record.save(self.params.record_path, self.joint_names)
             self.get_logger().info(f'recorded {self.record.count} samples to {path}')
         super().destroy_node()
 

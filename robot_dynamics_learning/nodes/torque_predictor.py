@@ -7,8 +7,9 @@ then for every accepted `/joint_states` message publishes `~/predicted_torques` 
 `~/predicted_torques_std` for models with variance), header stamp copied from the input.
 A timer polls the folder and swaps in a newer checkpoint between messages, keeping the
 recurrent state, so a learner elsewhere (another machine, a GPU) can feed many predictors.
+A lifecycle node (nodes/lifecycle.py): configure loads the checkpoint, inactive it publishes
+nothing, cleanup frees the model; autostart (default) activates it at start.
 """
-import functools
 from pathlib import Path
 import threading
 import time
@@ -16,17 +17,17 @@ from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, Published,
                                                         StreamingPredictor)
+from robot_dynamics_learning.learning.learner_params import TorquePredictorConfig
 from robot_dynamics_learning.learning.prequential import LatencyLog, PrequentialError
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, JointStateParser,
                                                        PredictedTorquePublisher)
-from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
-from robot_dynamics_learning.nodes.parameters import (declare_stamp_bounds,
+from robot_dynamics_learning.nodes.lifecycle import ManagedNode
+from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
@@ -34,34 +35,23 @@ from sensor_msgs.msg import JointState
 import torch
 
 
-class TorquePredictorNode(Node):
+class TorquePredictorNode(ManagedNode):
     """Prediction-only counterpart of dynamics_learner."""
 
     def __init__(self) -> None:
         super().__init__('torque_predictor')
 
-        declare = functools.partial(declare_parameter, self)
-
-        declare('checkpoint_dir', '', 'folder of checkpoints written by dynamics_learner')
-        declare('poll_period_s', 1.0, 'seconds between checks for a newer checkpoint',
-                0.05, 3600.0)
-        declare('accel_window', 21, 'samples in the causal acceleration estimate')
-        declare('history_size', 32, 'recent samples replayed to warm up the recurrent state of '
-                'a newly loaded model (one training window)')
-        declare('time_reset_s', 0.5, 'a stamp this far backwards resets the recurrent state')
-        declare('diagnostics_period_s', 1.0, 'seconds between diagnostics')
-        declare('torch_threads', 1, 'torch intra-op threads')
-        get = self.get_parameter
-        torch.set_num_threads(get('torch_threads').value)
-        folder = get('checkpoint_dir').value
+        self.params = params = declare_config(self, TorquePredictorConfig)
+        torch.set_num_threads(params.torch_threads)
+        folder = params.checkpoint_dir
         if not folder:
             raise ValueError('parameter checkpoint_dir must name a folder of checkpoints')
         self.checkpoints = CheckpointDirectory(Path(folder))
         refuse_clock_changes(self)
-        self._bounds = declare_stamp_bounds(self, reset_after_s=get('time_reset_s').value)
+        self._bounds = declare_stamp_bounds(self, reset_after_s=params.time_reset_s)
         self._last_log = time.monotonic()
-        self._accel_window = get('accel_window').value
-        self._history_size = get('history_size').value
+        self._accel_window = params.accel_window
+        self._history_size = params.history_size
         self._lock = threading.Lock()
         self._model: Optional[DynamicsModel] = None
         self._version = 0
@@ -81,13 +71,28 @@ class TorquePredictorNode(Node):
         self.create_subscription(JointState, 'joint_states', self._on_joint_state,
                                  qos_profile_sensor_data,
                                  callback_group=MutuallyExclusiveCallbackGroup())
-        self.create_timer(get('poll_period_s').value, self._poll,
+        self.create_timer(params.poll_period_s, self._poll,
                           callback_group=MutuallyExclusiveCallbackGroup())
-        self.create_timer(get('diagnostics_period_s').value, self._publish_diagnostics,
+        self.create_timer(params.diagnostics_period_s, self._publish_diagnostics,
                           callback_group=MutuallyExclusiveCallbackGroup())
-        self._poll()
+        self.autostart()
+
+    def configure(self) -> None:
+        """Load the newest valid checkpoint (later ones are polled for while configured)."""
+        self._load_newest()
+
+    def cleanup(self) -> None:
+        """Free the model; the next configure loads the newest checkpoint again."""
+        with self._lock:
+            self._model = None
+            self.predictor = None
+        self._loaded_path = self._tried_path = None
 
     def _poll(self) -> None:
+        if self.configured:
+            self._load_newest()
+
+    def _load_newest(self) -> None:
         """Load the newest valid checkpoint if it is not the one in use."""
         paths = self.checkpoints.paths()
         if not paths or paths[-1] in (self._loaded_path, self._tried_path):
@@ -126,8 +131,8 @@ class TorquePredictorNode(Node):
 
     def _on_joint_state(self, msg: JointState) -> None:
         received = time.perf_counter()
-        if self.parser is None:
-            return   # no checkpoint yet: nothing to predict with
+        if not self.active or self._model is None:
+            return   # inactive, or no checkpoint yet: nothing to predict with
         if self.predictor is None:
             model = self._model
             self.predictor = StreamingPredictor(self._published, model.n_obs, model.n_act,

@@ -7,23 +7,67 @@ for the GIL and the CPU, and samples went out late in every block (latency spike
 block's 50 ms period). In a child process the publisher only waits for its clock.
 
 `ArmStream.start()` spawns the child; `next_message()` returns what it sends, in order:
-('block', ArmSamples, payload mass in kg) for every block, ('log', text) for events worth a
-log line (a scripted payload change), ('error', text) when the simulation diverged, then
-('end',) when the simulated duration is over or the simulation stopped.
+a `SimBlock` for every block, a `SimEvent` for events worth a log line (a scripted payload
+change; `error` when the simulation diverged), then `SimEnd` when the simulated duration is
+over or the simulation stopped.
 `request_payload(mass)` applies from the next block the child simulates (blocks are simulated
 up to `ahead` + 1 ahead of publication).
 """
+from dataclasses import dataclass
 import multiprocessing
 import os
 import queue
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from robot_dynamics_learning.processes import die_with_parent, start_child
-from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
+from robot_dynamics_learning.sim.arm import ArmConfig, ArmSamples, ArmSimulator
 import torch
 
 START_POLL_S = 0.1   # how often `start` checks whether it was cancelled
+
+
+@dataclass(frozen=True)
+class SimReady:
+    """Child -> parent, first: the model is built; its joints."""
+
+    joint_names: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SimBlock:
+    """Child -> parent: one simulated block and the payload mass (kg) it ran with."""
+
+    samples: ArmSamples
+    payload_kg: float
+
+
+@dataclass(frozen=True)
+class SimEvent:
+    """Child -> parent: a line for the log; `error`: the simulation failed."""
+
+    text: str
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class SimEnd:
+    """Child -> parent, last: the simulated duration is over or the simulation stopped."""
+
+
+@dataclass(frozen=True)
+class SetPayload:
+    """Parent -> child: simulate with this payload mass (kg) from the next block on."""
+
+    mass_kg: float
+
+
+@dataclass(frozen=True)
+class StopSimulation:
+    """Parent -> child: exit now."""
+
+
+SimMessage = Union[SimReady, SimBlock, SimEvent, SimEnd]
 
 
 class ArmStream:
@@ -59,33 +103,33 @@ class ArmStream:
                 self.stop()
                 raise InterruptedError('arm simulation start cancelled')
             try:
-                kind, names = self._messages.get(timeout=START_POLL_S)
+                first = self._messages.get(timeout=START_POLL_S)
                 break
             except queue.Empty:
                 if time.monotonic() > deadline or not self._process.is_alive():
                     self.stop()
                     raise RuntimeError('arm simulation did not start within '
                                        f'{timeout:.0f} s') from None
-        if kind != 'ready':
-            raise RuntimeError(f'arm simulation did not start: {names}')
-        self.joint_names = list(names)
+        if not isinstance(first, SimReady):
+            raise RuntimeError(f'arm simulation did not start: {first.text}')
+        self.joint_names = list(first.joint_names)
 
     def request_payload(self, mass: float) -> None:
         """Change the payload mass (kg) from the next simulated block on."""
-        self._commands.put(('payload', float(mass)))
+        self._commands.put(SetPayload(float(mass)))
 
-    def next_message(self, timeout: float) -> Optional[tuple]:
+    def next_message(self, timeout: float) -> Optional[SimMessage]:
         """Return the next message of the child, or None after `timeout` seconds."""
         try:
             return self._messages.get(timeout=timeout)
         except queue.Empty:
             if not self._process.is_alive():
-                return ('end',)
+                return SimEnd()
             return None
 
     def stop(self) -> None:
         """End the child (it holds no state worth saving)."""
-        self._commands.put(('stop',))
+        self._commands.put(StopSimulation())
         self._process.join(timeout=0.5)
         if self._process.is_alive():
             self._process.terminate()
@@ -103,31 +147,31 @@ def _simulate(config: ArmConfig, block: int, duration: float,
     try:
         sim = ArmSimulator(config)
     except (ValueError, OSError) as error:
-        messages.put(('error', str(error)))
+        messages.put(SimEvent(str(error), error=True))
         return
-    messages.put(('ready', sim.joint_names))
+    messages.put(SimReady(tuple(sim.joint_names)))
     while not duration or sim.time < duration:
         pending = None
         try:
             while True:
                 command = commands.get_nowait()
-                if command[0] == 'stop':
+                if isinstance(command, StopSimulation):
                     return
-                pending = command[1]
+                pending = command.mass_kg
         except queue.Empty:
             pass
         while schedule and schedule[0][0] <= sim.time + 1e-9:
             pending = schedule.pop(0)[1]
-            messages.put(('log', f'scripted payload change to {pending} kg at '
-                                 f'{sim.time:.2f} s'))
+            messages.put(SimEvent(f'scripted payload change to {pending} kg at '
+                                  f'{sim.time:.2f} s'))
         if pending is not None:
             sim.set_payload(pending)
         try:
             samples = sim.run(block)
         except FloatingPointError as error:
-            messages.put(('error', f'simulation stopped: {error}'))
+            messages.put(SimEvent(f'simulation stopped: {error}', error=True))
             break
-        messages.put(('block', samples, sim.payload[0]))
+        messages.put(SimBlock(samples, float(sim.payload[0])))
         if os.getppid() != parent_pid:
             return
-    messages.put(('end',))
+    messages.put(SimEnd())

@@ -6,7 +6,8 @@
 
 The bag holds /joint_states (position, velocity, effort) at 1 kHz, ready for `bag_player`
 and `dynamics_learner`. With --learn the stream is also replayed through the continual
-learner exactly as the node runs it (predict, then learn; same compute budget) and the final
+learner exactly as the node runs it (predict, then learn; the settings of
+config/learner.yaml's dynamics_learner block, as the node reads them) and the final
 prequential nMSE is printed.
 """
 import argparse
@@ -17,7 +18,8 @@ import numpy as np
 
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.sim.arm import ArmConfig, ArmSimulator
-from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
+from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
+from robot_dynamics_learning.sim.trajectories import MODES
 from tqdm import tqdm
 
 
@@ -60,16 +62,18 @@ def simulate_arm(seconds: float, schedule: List[Tuple[float, float]], config: Ar
 
 
 def _learn(trajectory: Trajectory, model_type: str) -> None:
+    """Replay `trajectory` through the continual learner at config/learner.yaml's settings."""
     from robot_dynamics_learning.learning.continual import (ContinualLearner,
-                                                            InverseDynamicsStream,
-                                                            LearnerConfig)
+                                                            InverseDynamicsStream)
+    from robot_dynamics_learning.learning.learner_params import learner_params
     from robot_dynamics_learning.models.registry import build_model
     from robot_dynamics_learning.signals.causal import CausalDifferentiator
 
+    params = learner_params()   # the node's own settings, read into the node's class
     n = trajectory.q.shape[1]
     learner = ContinualLearner(build_model(model_type, {}, 3 * n, n, n), 3 * n, n, n,
-                               LearnerConfig(), np.random.default_rng(0))
-    stream = InverseDynamicsStream(n, CausalDifferentiator(n, window=21))
+                               params.learner_config(), np.random.default_rng(params.seed))
+    stream = InverseDynamicsStream(n, CausalDifferentiator(n, window=params.accel_window))
     for i in range(len(trajectory)):
         features = stream.sample(trajectory.time[i], trajectory.q[i], trajectory.qd[i],
                                  trajectory.tau[i])
@@ -84,9 +88,8 @@ def _learn(trajectory: Trajectory, model_type: str) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     import torch
     torch.set_num_threads(args.threads)
-    config = ArmConfig(urdf=args.urdf, dt=1.0 / args.rate, seed=args.seed,
-                       payload_mass=args.payload,
-                       reference=ReferenceConfig(mode=args.trajectory, seed=args.seed))
+    config = ArmSimConfig(urdf=args.urdf, rate_hz=args.rate, seed=args.seed,
+                          payload_mass=args.payload, trajectory=args.trajectory).arm_config()
     trajectory, payload = simulate_arm(args.seconds, _schedule(args.payload_schedule), config,
                                        progress=True)
     out = Path(args.out)
@@ -110,13 +113,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = simulate.add_subparsers(dest='simulator', metavar='SIMULATOR', required=True)
     arm = commands.add_parser('arm', help='7-DoF arm with friction, elasticity, payload')
     arm.add_argument('--seconds', type=float, default=60.0, help='simulated time (s)')
-    arm.add_argument('--rate', type=float, default=1000.0, help='sample rate (Hz)')
-    arm.add_argument('--trajectory', choices=MODES, default='excitation', help='reference')
-    arm.add_argument('--payload', type=float, default=0.0, help='initial payload (kg)')
+    arm.add_argument('--rate', type=float, default=ArmSimConfig.rate_hz, help='sample rate (Hz)')
+    arm.add_argument('--trajectory', choices=MODES, default=ArmSimConfig.trajectory,
+                     help='reference')
+    arm.add_argument('--payload', type=float, default=ArmSimConfig.payload_mass,
+                     help='initial payload (kg)')
     arm.add_argument('--payload-schedule', default='',
                      help="payload changes 'TIME:MASS,...' in s and kg, e.g. '30:2.0'")
-    arm.add_argument('--urdf', default='', help="arm URDF ('' = urdf/panda.urdf)")
-    arm.add_argument('--seed', type=int, default=0, help='trajectory and noise seed')
+    arm.add_argument('--urdf', default=ArmSimConfig.urdf, help="arm URDF ('' = urdf/panda.urdf)")
+    arm.add_argument('--seed', type=int, default=ArmSimConfig.seed,
+                     help='trajectory and noise seed')
     arm.add_argument('--out', required=True,
                      help='output: .npz, or a rosbag2 folder (MCAP; .db3 or --storage sqlite3)')
     arm.add_argument('--storage', choices=('mcap', 'sqlite3'), default='mcap')

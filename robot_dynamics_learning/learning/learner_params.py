@@ -1,0 +1,188 @@
+"""
+The settings of dynamics_learner and torque_predictor: one class each, for node, YAML and rdl.
+
+`config/learner.yaml` holds both nodes' blocks; `dynamics_learner` declares its parameters
+from `DynamicsLearnerConfig` and `rdl replay` / `rdl simulate arm --learn` read the same
+block into it (`params.load_node_config`), so the node and the offline runs learn with the
+same values. The learner's defaults are those of `BufferConfig` and `TrainerConfig`.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from robot_dynamics_learning.learning.buffer import BufferConfig
+from robot_dynamics_learning.learning.continual import LearnerConfig, TrainerConfig
+from robot_dynamics_learning.params import (check_ranges, load_node_config, setting,
+                                            settings_mapping)
+from robot_dynamics_learning.resources import resource
+
+INVERSE_MODELS = ('lstm', 'ac_rkn_inverse', 'hybrid', 'rigid_body', 'ffnn')
+URDF_MODELS = ('hybrid', 'rigid_body')   # their model_config names a URDF
+
+
+@dataclass(frozen=True)
+class DynamicsLearnerConfig:
+    """Parameters of dynamics_learner (config/learner.yaml documents each one)."""
+
+    model: str = setting('lstm', f'model type, one of {INVERSE_MODELS}')
+    model_config: Mapping[str, Any] = settings_mapping(
+        'settings of this model (docs/models.md), as a mapping: model_config.<key>')
+    urdf: str = setting('', 'robot URDF of the hybrid and rigid_body models unless '
+                        'model_config names one: a path, or a file name in the urdf/ folder '
+                        'of the package; empty: panda.urdf (the simulated arm)')
+    joint_names: Optional[Tuple[str, ...]] = setting(
+        None, 'joints to learn, in this order; unset: adopt the names of the first message',
+        unset_type='string_array')
+    torque_source: str = setting('effort', "'effort' (JointState effort) or 'command' "
+                                 '(Float64MultiArray on command_topic, joint order as '
+                                 'joint_names)')
+    command_topic: str = setting('/effort_controller/commands', 'torque command topic')
+    checkpoint_dir: str = setting('', 'folder for checkpoints; empty disables them')
+    keep_checkpoints: int = setting(3, 'checkpoints kept', 1, 1000)
+    checkpoint_period_s: float = setting(TrainerConfig.checkpoint_every_s,
+                                         'seconds between checkpoints', 0.1, 86400.0)
+    resume: bool = setting(True, 'continue from the newest valid checkpoint if there is one')
+    batch_size: int = setting(TrainerConfig.batch_size, 'windows per mini-batch', 1, 4096)
+    window: int = setting(BufferConfig.window, 'steps per training window', 1, 1000)
+    learning_rate: float = setting(TrainerConfig.learning_rate, 'Adam learning rate', 1e-6, 1.0)
+    grad_clip: float = setting(TrainerConfig.grad_clip, 'maximum gradient norm', 1e-6, 1e6)
+    updates_per_sample: float = setting(TrainerConfig.updates_per_sample, 'training budget: '
+                                        'updates per received sample (0: as fast as '
+                                        'possible)', 0.0, 10.0)
+    warmup_samples: int = setting(TrainerConfig.warmup_samples, 'samples before the first update '
+                                  '(normalisation fit)', 1, 10_000_000)
+    recent_capacity: int = setting(BufferConfig.recent_capacity, 'samples in the ring of recent '
+                                   'data', 10, 10_000_000)
+    reservoir_windows: int = setting(BufferConfig.reservoir_windows, 'windows kept from the whole '
+                                     'past (0: none)', 0, 1_000_000)
+    recent_fraction: float = setting(BufferConfig.recent_fraction, 'share of each batch from '
+                                     'recent data', 0.0, 1.0)
+    gap_factor: float = setting(BufferConfig.gap_factor, 'a step this many times the nominal '
+                                'period breaks windows', 1.01, 1000.0)
+    prequential_window: int = setting(TrainerConfig.prequential_window, 'samples in the sliding '
+                                      'prequential nMSE', 2, 10_000_000)
+    renormalize_factor: float = setting(TrainerConfig.renormalize_factor, 'refit the '
+                                        'normalisation when a channel spreads this many times '
+                                        'wider than at the fit (a robot that started at '
+                                        'rest); 0: never', 0.0, 1e6)
+    publish_every: int = setting(TrainerConfig.publish_every, 'updates between weight hand-overs '
+                                 'to the predictor', 1, 100000)
+    time_reset_s: float = setting(0.5, 'a stamp this far backwards is a time reset (looping '
+                                  'bag): state is reset instead of rejecting', 0.0, 1e9)
+    accel_window: int = setting(21, 'samples in the causal acceleration estimate (a one-sided '
+                                'quadratic fit to velocities, signals/causal.py)', 3, 1000)
+    diagnostics_period_s: float = setting(1.0, 'seconds between diagnostics', 0.01, 3600.0)
+    queue_depth: int = setting(20, 'joint_states subscription queue (best effort): messages '
+                               'absorbed in a burst; also the most a backlog can delay them',
+                               1, 10000)
+    drain_max: int = setting(20, 'queued joint states handled in one callback after a stall '
+                             '(0: one per executor round trip)', 0, 10000)
+    torch_threads: int = setting(1, 'torch intra-op threads (training shares the CPU)', 1, 64)
+    train_cpu_share: float = setting(0.5, 'share of one core the trainer may use (it pauses '
+                                     'between updates); leaves the callback room at 1 kHz on '
+                                     'a small CPU', 0.01, 1.0)
+    trainer_process: bool = setting(True, 'train in a child process (true) instead of a '
+                                    'thread of this one: the callback then never waits for '
+                                    "the trainer's interpreter lock, and training runs at a "
+                                    'lower CPU priority (trainer_nice)')
+    trainer_nice: int = setting(10, 'niceness of the trainer process (0-19): training yields '
+                                'the CPU to this node, the robot driver and the controller',
+                                0, 19)
+    lockstep: bool = setting(False, 'bag replay evaluation (bag_replay.launch.py): train in '
+                             'the callback after each prediction, the updates_per_sample '
+                             'budget exactly as `rdl replay` does, on a reliable keep-all '
+                             'subscription; the same scores as `rdl replay` for a seed. Not '
+                             'for a robot: the callback waits for training')
+    seed: int = setting(0, 'random seed of the buffer sampling and model initialisation')
+    record_path: str = setting('', 'write the newest record_max_samples (stamp, measured '
+                               'torque, prediction, prequential nMSE) to this .npz at '
+                               'shutdown; empty: off')
+    record_max_samples: int = setting(200000, 'samples kept for record_path', 1, 100_000_000)
+    status_path: str = setting('', 'also write the diagnostics (and last_stamp_ns, the newest '
+                               'accepted stamp) to this JSON file every diagnostics period, '
+                               'replaced atomically: progress for a ROS-free supervisor such '
+                               'as the demo; empty: off')
+
+    def __post_init__(self) -> None:
+        """Refuse values that cannot work, naming them (node start and rdl alike)."""
+        check_ranges(self)
+        if self.model not in INVERSE_MODELS:
+            model_config_class(vars(self))   # refuses a model outside INVERSE_MODELS
+        if self.torque_source not in ('effort', 'command'):
+            raise ValueError(f"torque_source must be 'effort' or 'command', got "
+                             f"'{self.torque_source}'")
+        if self.lockstep and self.updates_per_sample == 0:
+            raise ValueError('lockstep needs updates_per_sample > 0 (a finite budget)')
+
+    def learner_config(self) -> LearnerConfig:
+        """Return the buffer and trainer settings of the continual learner."""
+        return LearnerConfig(
+            BufferConfig(window=self.window, recent_capacity=self.recent_capacity,
+                         reservoir_windows=self.reservoir_windows,
+                         recent_fraction=self.recent_fraction, gap_factor=self.gap_factor),
+            TrainerConfig(batch_size=self.batch_size, learning_rate=self.learning_rate,
+                          grad_clip=self.grad_clip, warmup_samples=self.warmup_samples,
+                          updates_per_sample=self.updates_per_sample,
+                          publish_every=self.publish_every,
+                          checkpoint_every_s=self.checkpoint_period_s,
+                          prequential_window=self.prequential_window,
+                          renormalize_factor=self.renormalize_factor,
+                          max_cpu_share=self.train_cpu_share))
+
+
+def model_config_class(values: Mapping[str, Any]) -> type:
+    """Return the config class of the model that parameter values name (checked first)."""
+    from robot_dynamics_learning.models.registry import model_builder
+    model = values.get('model', DynamicsLearnerConfig.model)
+    if model not in INVERSE_MODELS:
+        raise ValueError(f"parameter model must be one of {INVERSE_MODELS}, got '{model}'")
+    return model_builder(model).config_class
+
+
+def model_settings(model_type: str, settings: Mapping[str, Any],
+                   urdf: str = '') -> Dict[str, Any]:
+    """
+    Return `settings` checked against `model_type`'s own config, with the URDF filled in.
+
+    A key the model does not have, or a bad value, is a ValueError naming the model and its
+    settings, raised at start rather than at the first message.
+    """
+    from robot_dynamics_learning.models.registry import model_builder
+    values = dict(settings)
+    if model_type in URDF_MODELS and 'urdf' not in values:
+        name = urdf or 'panda.urdf'
+        values['urdf'] = str(name if '/' in name else resource(f'urdf/{name}'))
+    try:
+        model_builder(model_type).config_class.from_dict(values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"model_config does not fit model '{model_type}': {error}") from None
+    return values
+
+
+@dataclass(frozen=True)
+class TorquePredictorConfig:
+    """Parameters of torque_predictor (config/learner.yaml)."""
+
+    checkpoint_dir: str = setting('', 'folder of checkpoints written by dynamics_learner '
+                                  '(required)')
+    poll_period_s: float = setting(1.0, 'seconds between checks for a newer checkpoint',
+                                   0.05, 3600.0)
+    accel_window: int = setting(DynamicsLearnerConfig.accel_window, 'samples in the causal '
+                                "acceleration estimate (must match the learner's)", 3, 1000)
+    history_size: int = setting(BufferConfig.window, 'recent samples replayed to warm up the '
+                                'recurrent state of a newly loaded model (one training window)',
+                                1, 100000)
+    time_reset_s: float = setting(DynamicsLearnerConfig.time_reset_s, 'a stamp this far '
+                                  'backwards resets the recurrent state', 0.0, 1e9)
+    diagnostics_period_s: float = setting(1.0, 'seconds between diagnostics', 0.01, 3600.0)
+    torch_threads: int = setting(1, 'torch intra-op threads', 1, 64)
+
+    def __post_init__(self) -> None:
+        """Refuse values outside their ranges, naming them."""
+        check_ranges(self)
+
+
+def learner_params(path: Optional[Path] = None) -> DynamicsLearnerConfig:
+    """Return dynamics_learner's settings from a ROS params YAML (default config/learner.yaml)."""
+    path = Path(path) if path is not None else resource('config/learner.yaml')
+    return load_node_config(DynamicsLearnerConfig, path, 'dynamics_learner')
