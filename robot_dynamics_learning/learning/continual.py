@@ -475,7 +475,7 @@ class StreamingPredictor:
                 raise ValueError(f'observation must be {self._n_obs} finite values, got '
                                  f'{observation}')
             mean, self._state = self._stepper.step(self._state, observation)
-            return mean, None
+            return mean, self._stepper.variance(observation)
         step = _torch_step(self._model, self._state, observation, action)
         self._state = step.state
         mean, variance = step.prediction, step.variance

@@ -28,6 +28,9 @@ class NumpyStepper(Protocol):
     def step(self, state: Any, observation: np.ndarray) -> Tuple[np.ndarray, Any]:
         """Return (prediction (n_target,), next state) for one observation."""
 
+    def variance(self, observation: np.ndarray) -> Optional[np.ndarray]:
+        """Return the model's variance (n_target,) for one observation, or None."""
+
 
 class OnlinePhysics(Protocol):
     """The physics part of a split model, predicted and re-identified per sample."""
