@@ -8,8 +8,8 @@ vs horizon curves.
 from typing import Dict
 
 import numpy as np
-from robot_dynamics_learning.data.car_datasets import CarDataset
 from robot_dynamics_learning.core_types import SequenceBatch
+from robot_dynamics_learning.data.car_datasets import CarDataset
 from robot_dynamics_learning.models.car_base import CarModel
 import torch
 

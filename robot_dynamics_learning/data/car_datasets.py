@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data.datasets import load_rc_car, rc_car_files
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.signals.mocap import offline_body_states
 import torch
 

@@ -29,7 +29,7 @@ class NumpyStepper(Protocol):
         """Return (prediction (n_target,), next state) for one observation."""
 
     def variance(self, observation: np.ndarray) -> Optional[np.ndarray]:
-        """Return the model's variance (n_target,) for one observation, or None."""
+        """Return the expected squared error (n_target,) for one observation, or None."""
 
 
 class OnlinePhysics(Protocol):
