@@ -9,7 +9,10 @@ Arguments: mocap_topic (PoseStamped of the car's rigid body), command_topic (Twi
 linear.x throttle, angular.z steering, see docs/car.md), params, track, checkpoint, learn,
 checkpoint_dir (where car_model_learner writes and car_mpc reloads models; default a new
 folder per run under ~/.rdl/runs, so the MPC never reloads a model another car left),
-use_sim_time (true when replaying a bag with --clock).
+use_sim_time (true when replaying a bag with --clock), estimator_order and
+estimator_window_s (default 2 and 0.12 s: no delay and the lowest errors on replayed Vicon
+recordings, docs/results_car.md section 8; config/car.yaml's straight line suits car_sim's
+noisier emulated mocap).
 On a real car set throttle_min to the ESC's lowest allowed throttle in the params file
 (0.0 for the DART car).
 """
@@ -55,8 +58,18 @@ def generate_launch_description() -> LaunchDescription:
             "learner's checkpoints (learn:=true); default: a new one per run"),
         DeclareLaunchArgument('use_sim_time', default_value='false',
                               description='use /clock (bag replay with --clock)'),
+        DeclareLaunchArgument('estimator_order', default_value='2',
+                              description='causal fit order of car_state_estimator: 2 (no '
+                              'delay, suits a Vicon-class mocap) or 1 (straight line, least '
+                              'noise, about window/2 delay)'),
+        DeclareLaunchArgument('estimator_window_s', default_value='0.12',
+                              description='causal fit window of car_state_estimator (s)'),
         Node(package=PACKAGE, executable='car_state_estimator', name='car_state_estimator',
-             output='screen', parameters=[params, {'use_sim_time': use_sim_time}],
+             output='screen', parameters=[params, {
+                 'use_sim_time': use_sim_time,
+                 'order': ParameterValue(LaunchConfiguration('estimator_order'), value_type=int),
+                 'window_s': ParameterValue(LaunchConfiguration('estimator_window_s'),
+                                            value_type=float)}],
              remappings=[('mocap_pose', LaunchConfiguration('mocap_topic'))]),
         Node(package=PACKAGE, executable='car_mpc', name='car_mpc', output='screen',
              parameters=[params, {

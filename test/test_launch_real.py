@@ -142,7 +142,10 @@ def test_car_mpc(home, tmp_path):
                      ['/rc_car/cmd', 'geometry_msgs/msg/Twist', 10]],
           'parameters': [['/car_mpc', 'checkpoint', _share(home, 'config', 'models',
                                                            'car_mlp_sim.pt')],
-                         ['/car_mpc', 'use_sim_time', False]]
+                         ['/car_mpc', 'use_sim_time', False],
+                         # the real car's estimator: quadratic fit, no delay (not car.yaml's)
+                         ['/car_state_estimator', 'order', 2],
+                         ['/car_state_estimator', 'window_s', 0.12]]
           + _car_yaml('/car_mpc', 'rate_hz', 'target_speed')},
          home, tmp_path)
 

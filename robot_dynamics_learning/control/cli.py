@@ -267,7 +267,8 @@ def _replay(args: argparse.Namespace) -> int:
 def _refine(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     model = load_car_model(args.checkpoint)
-    history = refine_on_scenarios(model, args.rounds, args.runs, epochs=args.epochs)
+    history = refine_on_scenarios(model, args.rounds, args.runs, epochs=args.epochs,
+                                  progress=True)
     save_car_model(args.out, model, {'source': f'{args.checkpoint} refined on scenario runs',
                                      'rounds': args.rounds, 'test_metrics': history[-1]})
     print(json.dumps({'checkpoint': str(args.out), 'before': history[0],
@@ -278,7 +279,7 @@ def _refine(args: argparse.Namespace) -> int:
 def _scenarios(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     results = run_all(load_car_model(args.checkpoint), CarParams(), args.starts,
-                      iterations=args.iterations)
+                      iterations=args.iterations, progress=True)
     summary = [{k: v for k, v in r.items() if k not in ('controls', 'predicted', 'simulated')}
                for r in results]
     if args.out is not None:

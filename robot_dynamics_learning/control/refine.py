@@ -27,6 +27,7 @@ from robot_dynamics_learning.models.car_base import CarModel
 from robot_dynamics_learning.sim.car import (CarParams, DrivingStyle, emulate_mocap, MocapNoise,
                                              simulate)
 from robot_dynamics_learning.sim.driving import simulated_drives
+from tqdm import tqdm
 
 REST_S = 0.5  # standing still before and after each played plan (s)
 
@@ -73,7 +74,8 @@ def refine_on_scenarios(model: CarModel, rounds: int = 3, runs: int = 10,
                         iterations: int = 300, control_noise: float = 0.1, seed: int = 1234,
                         scenarios: tuple = SCENARIOS, test_seconds: float = 120.0,
                         rollout_epochs: int = 0, style: DrivingStyle = DrivingStyle(),
-                        log: Callable[[str], None] = print) -> List[Dict[str, float]]:
+                        log: Callable[[str], None] = print, progress: bool = False
+                        ) -> List[Dict[str, float]]:
     """
     Fine-tune `model` in place over `rounds` rounds; return held-out metrics per round.
 
@@ -81,7 +83,8 @@ def refine_on_scenarios(model: CarModel, rounds: int = 3, runs: int = 10,
     random driving (driven in `style`), fits `epochs` one-step epochs and then
     `rollout_epochs` open-loop epochs (`fit_car_rollout`, lr / 3) on the mix. Metrics:
     `evaluate_car_model` on `test_seconds` of held-out random driving (seed 1000, the
-    human-like driver, as `car_data('sim')` holds out) with 1 s rollouts.
+    human-like driver, as `car_data('sim')` holds out) with 1 s rollouts. `progress`: a
+    progress bar over the rounds.
     """
     if rounds < 1 or runs < 1 or epochs < 1 or rollout_epochs < 0:
         raise ValueError(f'rounds, runs and epochs must be >= 1 and rollout_epochs >= 0, got '
@@ -93,7 +96,7 @@ def refine_on_scenarios(model: CarModel, rounds: int = 3, runs: int = 10,
     history = [evaluate_car_model(model, test, steps)]
     log(f'before: {history[-1]}')
     targeted: List[Trajectory] = []
-    for round_ in range(rounds):
+    for round_ in tqdm(range(rounds), desc='refine', unit='round', disable=not progress):
         for scenario in scenarios:
             targeted += scenario_drives(model, scenario, runs, rng, noise, iterations,
                                         control_noise)

@@ -22,6 +22,7 @@ from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, Optim
 from robot_dynamics_learning.models.car_base import CarModel
 from robot_dynamics_learning.sim.car import CarParams, rear_slip_angle, simulate, slip_angle
 import torch
+from tqdm import tqdm
 
 
 @dataclass(frozen=True)
@@ -188,10 +189,11 @@ def _largest_deg(angles: np.ndarray) -> float:
 
 
 def run_all(model: CarModel, params: CarParams, starts: int = 20, seed: int = 0,
-            iterations: int = 300) -> List[Dict[str, object]]:
-    """Run the three seed scenarios."""
+            iterations: int = 300, progress: bool = False) -> List[Dict[str, object]]:
+    """Run the three seed scenarios (a progress bar over them with `progress`)."""
     return [run_scenario(model, scenario, params, starts, seed, iterations=iterations)
-            for scenario in SCENARIOS]
+            for scenario in tqdm(SCENARIOS, desc='scenarios', unit='scenario',
+                                 disable=not progress)]
 
 
 def plot_scenarios(results: List[Dict[str, object]], path: Path) -> Path:
