@@ -32,7 +32,7 @@ from robot_dynamics_learning.control.arm_feedforward import (ArmController,
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, float64_array_msg,
-                                                       JointStateParser)
+                                                       JointStateParser, parse_or_warn)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.resources import resource
@@ -138,12 +138,9 @@ class ArmControllerNode(Node):
         return self.get_clock().now().nanoseconds
 
     def _on_joint_state(self, msg: JointState) -> None:
-        result = self.parser.parse(msg)
-        if not result.ok:
-            self.get_logger().warn(f'rejected joint state ({result.reason.value}): '
-                                   f'{result.detail}', throttle_duration_sec=2.0)
+        sample = parse_or_warn(self, self.parser, msg, 'joint state')
+        if sample is None:
             return
-        sample = result.value
         with self._lock:
             torque = self.controller.on_state(sample.stamp_ns, self._now_ns(), sample.position,
                                               sample.velocity)

@@ -24,7 +24,7 @@ from robot_dynamics_learning.control.car_training import (build_car_model, CAR_M
 from robot_dynamics_learning.learning.car_adaptation import CarAdaptation, CarAdaptationConfig
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
-                                                       PoseParser, stamp_to_ns)
+                                                       parse_or_warn, PoseParser, stamp_to_ns)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.runtime import spin_node
 from sensor_msgs.msg import Joy
@@ -112,12 +112,9 @@ class CarModelLearnerNode(Node):
         self.adaptation.start()
 
     def _on_pose(self, msg: PoseStamped) -> None:
-        result = self.pose_parser.parse(msg)
-        if not result.ok:
-            self.get_logger().warn(f'dropped a pose: {result.reason.value} ({result.detail})',
-                                   throttle_duration_sec=2.0)
+        pose = parse_or_warn(self, self.pose_parser, msg, 'pose')
+        if pose is None:
             return
-        pose = result.value
         self._pose = (stamp_to_ns(msg.header.stamp), (*pose.position[:2], pose.yaw))
         self._offer_state()
 
@@ -136,12 +133,9 @@ class CarModelLearnerNode(Node):
             self.adaptation.add_state(stamp, (*self._pose[1], *self._twist[1]))
 
     def _on_command(self, msg) -> None:
-        result = self.parser.parse(msg)
-        if not result.ok:
-            self.get_logger().warn(f'command rejected ({result.reason.value}: {result.detail})',
-                                   throttle_duration_sec=2.0)
+        command = parse_or_warn(self, self.parser, msg, 'command')
+        if command is None:
             return
-        command = result.value
         stamp = command.stamp_ns * 1e-9 if command.stamp_ns is not None else self._state_stamp
         if stamp is not None:
             self.adaptation.add_command(stamp, (command.throttle, command.steering))

@@ -19,7 +19,8 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
-                                                       planar_pose_msg, time_msg)
+                                                       parse_or_warn, planar_pose_msg,
+                                                       time_msg)
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
@@ -70,13 +71,11 @@ class CarSimNode(Node):
                                f'{self.noise.dropout:.1%}, commands as {command_type}')
 
     def _on_command(self, msg) -> None:
-        result = self.parser.parse(msg)
-        if not result.ok:
-            self.get_logger().warn(f'command rejected ({result.reason.value}: {result.detail})',
-                                   throttle_duration_sec=2.0)
+        command = parse_or_warn(self, self.parser, msg, 'command')
+        if command is None:
             return
         with self._lock:
-            self._command = np.clip([result.value.throttle, result.value.steering], -1.0, 1.0)
+            self._command = np.clip([command.throttle, command.steering], -1.0, 1.0)
             self._command_time = time.monotonic()
 
     def _log(self) -> None:

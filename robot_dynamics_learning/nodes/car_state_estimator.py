@@ -22,7 +22,8 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
-from robot_dynamics_learning.nodes.conversions import planar_pose_msg, PoseParser, time_msg
+from robot_dynamics_learning.nodes.conversions import (parse_or_warn, planar_pose_msg,
+                                                       PoseParser, time_msg)
 from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
 from robot_dynamics_learning.nodes.parameters import (declare_stamp_bounds,
                                                       refuse_clock_changes)
@@ -85,12 +86,9 @@ class CarStateEstimatorNode(Node):
                 **self.estimator.counters}
 
     def _on_pose(self, msg: PoseStamped) -> None:
-        result = self.parser.parse(msg)
-        if not result.ok:
-            self.get_logger().warn(f'pose rejected ({result.reason.value}: {result.detail})',
-                                   throttle_duration_sec=2.0)
+        sample = parse_or_warn(self, self.parser, msg, 'pose')
+        if sample is None:
             return
-        sample = result.value
         reason = self.estimator.update(sample.stamp_ns * 1e-9, sample.position[0],
                                        sample.position[1], sample.yaw)
         if reason is not None:

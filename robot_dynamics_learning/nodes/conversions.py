@@ -29,6 +29,21 @@ __all__ = [
 ]
 
 
+def parse_or_warn(node: Node, parser, msg, what: str):
+    """
+    Return the parser's value for `msg`, or None after a throttled warning naming the reason.
+
+    The parser counts every rejection by reason (its `counter`); the warning says why in one
+    line, at most every 2 s, so a flood of bad messages cannot flood the log.
+    """
+    result = parser.parse(msg)
+    if result.ok:
+        return result.value
+    node.get_logger().warn(f'{what} rejected ({result.reason.value}: {result.detail})',
+                           throttle_duration_sec=2.0)
+    return None
+
+
 def time_msg(stamp_ns: int) -> Time:
     """Return integer nanoseconds as a builtin_interfaces/Time (sec is int32: until 2038)."""
     sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
