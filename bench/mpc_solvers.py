@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 from robot_dynamics_learning.control.demo_lap import build_mpc, drive_laps
-from robot_dynamics_learning.control.nlp import make_optimizer
+from robot_dynamics_learning.control.optimizer import make_optimizer
 import torch
 
 RESULTS = Path(__file__).resolve().parent / 'results' / 'mpc_solvers.json'

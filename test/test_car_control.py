@@ -12,8 +12,9 @@ from robot_dynamics_learning.control.car_training import build_car_model
 from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
                                                    progress_cost, regularizer, target_cost)
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
-from robot_dynamics_learning.control.nlp import IpoptConfig, IpoptOptimizer, make_optimizer
-from robot_dynamics_learning.control.optimizer import LineSearchOptimizer, OptimizerConfig
+from robot_dynamics_learning.control.nlp import IpoptConfig, IpoptOptimizer
+from robot_dynamics_learning.control.optimizer import (LineSearchOptimizer, make_optimizer,
+                                                       OptimizerConfig)
 from robot_dynamics_learning.control.refine import refine_on_scenarios, REST_S, scenario_drives
 from robot_dynamics_learning.control.scenarios import SCENARIOS
 from robot_dynamics_learning.control.track import load_track_spec, stadium_waypoints, Track, \

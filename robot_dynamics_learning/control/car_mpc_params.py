@@ -7,7 +7,7 @@ field), and `params.load_node_config` reads the YAML block into the same class.
 from dataclasses import dataclass
 
 from robot_dynamics_learning.control.mpc import MPCConfig
-from robot_dynamics_learning.control.nlp import SOLVERS
+from robot_dynamics_learning.control.optimizer import SOLVERS
 from robot_dynamics_learning.params import check_ranges, setting
 
 

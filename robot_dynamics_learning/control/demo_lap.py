@@ -13,7 +13,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 from robot_dynamics_learning.control.car_training import load_car_model
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
-from robot_dynamics_learning.control.nlp import make_optimizer
+from robot_dynamics_learning.control.optimizer import make_optimizer
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimator

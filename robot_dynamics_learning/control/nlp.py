@@ -23,11 +23,8 @@ from typing import Callable, List, Optional, Tuple
 
 import casadi
 import numpy as np
-from robot_dynamics_learning.control.optimizer import (CostFn, GradFn, LineSearchOptimizer,
-                                                       OptimizeInfo, Optimizer, OptimizerConfig)
+from robot_dynamics_learning.control.optimizer import CostFn, GradFn, OptimizeInfo
 import torch
-
-SOLVERS = ('line_search', 'ipopt')
 
 
 @dataclass(frozen=True)
@@ -269,21 +266,3 @@ class IpoptOptimizer:
         return plan, OptimizeInfo(initial, cost, int(stats.get('iter_count', count)),
                                   bool(stats.get('success', False)),
                                   time.perf_counter() - start)
-
-
-def make_optimizer(solver: str, horizon: int, iterations: int, candidates: int = 512,
-                   stop_early: bool = True, refine_candidates: int = 0) -> Optimizer:
-    """
-    Return the MPC's optimiser by name (`SOLVERS`); a clear ValueError for an unknown one.
-
-    line_search: seed 003's gradient step with `candidates` step sizes (then
-    `refine_candidates` finer ones around the best, when > 0); ipopt: this module.
-    `iterations` is per tick for both.
-    """
-    if solver == 'line_search':
-        return LineSearchOptimizer(OptimizerConfig(iterations=iterations, candidates=candidates,
-                                                   stop_early=stop_early,
-                                                   refine_candidates=refine_candidates))
-    if solver == 'ipopt':
-        return IpoptOptimizer(horizon, IpoptConfig(iterations=iterations))
-    raise ValueError(f"unknown MPC solver '{solver}', choose from {list(SOLVERS)}")

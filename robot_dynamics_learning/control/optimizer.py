@@ -195,3 +195,25 @@ class LineSearchOptimizer:
             with torch.inference_mode(False):   # a normal tensor, written in inference mode
                 self._candidates[key] = torch.empty(key)
         return self._candidates[key]
+
+
+SOLVERS = ('line_search', 'ipopt')
+
+
+def make_optimizer(solver: str, horizon: int, iterations: int, candidates: int = 512,
+                   stop_early: bool = True, refine_candidates: int = 0) -> Optimizer:
+    """
+    Return the MPC's optimiser by name (`SOLVERS`); a clear ValueError for an unknown one.
+
+    line_search: seed 003's gradient step with `candidates` step sizes (then
+    `refine_candidates` finer ones around the best, when > 0); ipopt: IPOPT through CasADi
+    (`control/nlp.py`, imported only then: CasADi is large). `iterations` is per tick for both.
+    """
+    if solver == 'line_search':
+        return LineSearchOptimizer(OptimizerConfig(iterations=iterations, candidates=candidates,
+                                                   stop_early=stop_early,
+                                                   refine_candidates=refine_candidates))
+    if solver == 'ipopt':
+        from robot_dynamics_learning.control.nlp import IpoptConfig, IpoptOptimizer
+        return IpoptOptimizer(horizon, IpoptConfig(iterations=iterations))
+    raise ValueError(f"unknown MPC solver '{solver}', choose from {list(SOLVERS)}")

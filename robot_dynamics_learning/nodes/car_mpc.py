@@ -37,7 +37,7 @@ from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.control.car_supervisor import BRAKE, CarSupervisor, SKIP, SOLVE
 from robot_dynamics_learning.control.car_training import load_car_model
 from robot_dynamics_learning.control.mpc import TrackMPC
-from robot_dynamics_learning.control.nlp import make_optimizer
+from robot_dynamics_learning.control.optimizer import make_optimizer
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
