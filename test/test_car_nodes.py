@@ -66,6 +66,8 @@ def test_estimator_smooths_and_rejects_bad_poses_over_dds(tmp_path):
                 angle = speed / radius * t
                 stamp = start_ns + int(t * 1e9)
                 x, y = radius * math.sin(angle), radius * (1 - math.cos(angle))
+                if i in (150, 200, 250):
+                    time.sleep(0.05)   # the node's best-effort queue (depth 5) drains first
                 if i == 150:
                     x = float('nan')
                 elif i == 200:

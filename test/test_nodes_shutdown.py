@@ -103,7 +103,7 @@ def test_ctrl_c_ends_car_model_learner_while_it_trains(tmp_path):
     """Its training thread checked for stop only between rounds of 50 Adam steps (issue 16)."""
     log = tmp_path / 'car_model_learner.log'
     process = _start_in_own_group('car_model_learner', {
-        'min_transitions': 5, 'batch_size': 8, 'steps_per_round': 100_000,
+        'min_transitions': 5, 'batch_size': 8, 'updates_per_transition': 10.0,
         'checkpoint_dir': str(tmp_path / 'ckpt'), 'save_period_s': 3600.0}, log)
     with TestNode() as probe:
         pose = probe.node.create_publisher(PoseStamped, 'car/pose', 10)
@@ -112,7 +112,12 @@ def test_ctrl_c_ends_car_model_learner_while_it_trains(tmp_path):
         sent = [0]
 
         def drive() -> bool:
-            """Publish one 50 Hz state and command; true once the learner is training."""
+            """
+            Publish one 50 Hz state and command; true once the learner is training.
+
+            The command changes every third state (60 ms, as a 17 Hz controller would send
+            it): one that changes before half a model step (h 0.05 s) makes no transition.
+            """
             t = 0.02 * sent[0]
             stamp = probe.node.get_clock().now().to_msg()
             p = PoseStamped()
@@ -122,7 +127,7 @@ def test_ctrl_c_ends_car_model_learner_while_it_trains(tmp_path):
             v.header.stamp = stamp
             v.twist.linear.x = 1.0 + 0.1 * math.sin(t)
             c = Twist()
-            c.linear.x, c.angular.z = 0.3, 0.1 * math.sin(t)
+            c.linear.x, c.angular.z = 0.3, 0.1 * math.sin(0.06 * (sent[0] // 3))
             for publisher, message in ((pose, p), (twist, v), (command, c)):
                 publisher.publish(message)
             sent[0] += 1
