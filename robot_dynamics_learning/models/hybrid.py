@@ -77,7 +77,7 @@ class HybridConfig(RigidBodyConfig):
     Rigid-body settings, the residual LSTM's sizes and the payload RLS (`PayloadConfig`).
 
     trust_length: how far outside the training ranges of q and qd (in training standard
-    deviations, RMS over the inputs) the residual keeps exp(-1/2) of its weight.
+    deviations, Euclidean over the inputs) the residual keeps exp(-1/2) of its weight.
     """
 
     hidden_size: int = 32

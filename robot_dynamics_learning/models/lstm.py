@@ -103,7 +103,7 @@ class NumpyLSTMStepper:
         mean, std = self._input
         x = ((np.asarray(observation, np.float32) - mean) / std)[watched]
         excess = np.maximum(low[watched] - x, 0.0) + np.maximum(x - high[watched], 0.0)
-        weight = np.exp(-0.5 * np.mean(excess ** 2) / length ** 2)
+        weight = np.exp(-0.5 * np.sum(excess ** 2) / length ** 2)
         return ((weight * near + (1.0 - weight) * far) * self._output[1] ** 2).astype(np.float64)
 
     def state_from(self, state: 'LSTMState') -> np.ndarray:
