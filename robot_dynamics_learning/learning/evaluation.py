@@ -84,7 +84,7 @@ def inverse_report(model: DynamicsModel, train: Sequence[Trajectory],
                                                     'change_nmse')},
             'outside_training_range': dict(zip(names, coverage['outside'].tolist())),
             'coverage_warnings': coverage_warnings(coverage, names),
-            'sees_previous_torque': bool(getattr(model, 'sees_previous_torque', False)),
+            'sees_previous_torque': bool(model.sees_previous_torque),
             'test_samples': int(predicted['target'].shape[0])}
 
 

@@ -191,7 +191,6 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     bar.close()
     model.load_state_dict(best_state)
     model.eval()
-    calibrate = getattr(model, 'calibrate_variance', None)
-    if calibrate is not None and val is not None:
-        calibrate(val)   # the error variance on held-out windows, with the best weights
+    if val is not None:
+        model.calibrate_variance(val)   # the error variance on held-out windows, best weights
     return TrainResult(best_loss, epoch + 1, time.perf_counter() - start, history)

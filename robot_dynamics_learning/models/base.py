@@ -73,6 +73,8 @@ class DynamicsModel(nn.Module, abc.ABC):
     convention: str = ''
     # Trained by one closed-form fit on all data (an exact GP), not by gradient steps.
     fits_in_closed_form: bool = False
+    # Fed the measured tau(t-1): judged on the change tau(t) - tau(t-1) (learning.evaluation).
+    sees_previous_torque: bool = False
 
     @abc.abstractmethod
     def init_state(self, batch_size: int) -> Any:
@@ -109,6 +111,9 @@ class DynamicsModel(nn.Module, abc.ABC):
     def numpy_stepper(self) -> Optional[NumpyStepper]:
         """Return a numpy twin of `step` for streaming prediction, or None (use `step`)."""
         return None
+
+    def calibrate_variance(self, val: SequenceBatch) -> None:
+        """Set the predicted variance from held-out windows after training (none by default)."""
 
     def split_physics(self) -> Optional[PhysicsSplit]:
         """
