@@ -188,8 +188,8 @@ def learner_params(model: str, rate_hz: float) -> Dict[str, object]:
         'warmup_samples': max(int(1000 * scale), 50),
         'recent_capacity': max(int(20000 * scale), 1000),
         'prequential_window': max(int(5000 * scale), 50)}
-    if model == 'hybrid':   # quoted: a bare {...} would be read as a YAML mapping
-        params['model_config'] = f"'{json.dumps({'payload_start_after': int(10000 * scale)})}'"
+    if model == 'hybrid':   # one model setting, as a parameter of the model_config mapping
+        params['model_config.payload_start_after'] = int(10000 * scale)
     return params
 
 
