@@ -90,9 +90,9 @@ def test_car_mpc_brakes_on_deactivate_and_drives_after_activate(tmp_path):
             after = [c for c in list(commands) if c[0] > before]
             assert state(probe, 'car_mpc') == 'inactive'
             braked = [i for i, c in enumerate(after) if c[1:] == (brake, 0.0)]
-            # The deactivate's brake; before it at most the command of a tick that was
-            # already publishing when the transition was asked for; after it only brakes.
-            assert braked and braked[0] <= 1, after
+            # The deactivate's brake, soon after the request (ticks already running when the
+            # service call was on its way may publish before it); after it only brakes.
+            assert braked and after[braked[0]][0] - before < 0.5, after
             assert all(c[1:] == (brake, 0.0) for c in after[braked[0]:]), after
             resumed = time.monotonic()
             transition(probe, 'car_mpc', Transition.TRANSITION_ACTIVATE)

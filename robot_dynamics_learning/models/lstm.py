@@ -118,7 +118,8 @@ class NumpyLSTMStepper:
         n = self._hidden
         for layer, (w_ih, w_hh, bias) in enumerate(self._layers):
             gates = w_ih @ x + w_hh @ state[0, layer] + bias
-            sigmoid = 1.0 / (1.0 + np.exp(-gates))
+            # clipped: the same float32 sigmoid, without overflow warnings on wild inputs
+            sigmoid = 1.0 / (1.0 + np.exp(-np.clip(gates, -80.0, 80.0)))
             c = sigmoid[n:2 * n] * state[1, layer] + sigmoid[:n] * np.tanh(gates[2 * n:3 * n])
             x = sigmoid[3 * n:] * np.tanh(c)
             new[0, layer], new[1, layer] = x, c

@@ -48,6 +48,7 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     beside a second Python thread in these wheels, so it is not used.
     """
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    sys.unraisablehook = _quiet_half_built_futures
     retain_freed_memory()
     rclpy.init(args=args)
     node = None
@@ -87,6 +88,20 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         rclpy.try_shutdown()
     if exit_code:
         sys.exit(exit_code)
+
+
+def _quiet_half_built_futures(unraisable: Any) -> None:
+    """
+    Drop rclpy's `Future.__del__` AttributeError; report every other unraisable error.
+
+    Ctrl-C can land inside an rclpy `Task.__init__` (a lifecycle or parameter service call
+    being set up): the half-built task lacks `_exception`, and its `__del__` then printed
+    'Exception ignored ... Traceback' at every such shutdown, although nothing was lost.
+    """
+    if (isinstance(unraisable.exc_value, AttributeError)
+            and getattr(unraisable.object, '__qualname__', '') == 'Future.__del__'):
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 class DrainingExecutor(MultiThreadedExecutor):
