@@ -239,6 +239,21 @@ class InputSupport(nn.Module):
         self.low.copy_(flat.min(dim=0).values)
         self.high.copy_(flat.max(dim=0).values)
 
+    def widen(self, normalized_inputs: torch.Tensor) -> None:
+        """
+        Grow the range to cover these inputs too (each training batch calls it).
+
+        A continual learner fits the range at its warm-up, on the first second of motion;
+        the data it trains on later must count as seen, or the trust falls to the prior
+        wherever the robot went afterwards.
+        """
+        if not torch.is_grad_enabled():   # a training step, not a validation pass
+            return
+        flat = normalized_inputs.detach().reshape(-1, normalized_inputs.shape[-1])
+        flat = flat.to(self.low.dtype)
+        torch.minimum(self.low, flat.min(dim=0).values, out=self.low)
+        torch.maximum(self.high, flat.max(dim=0).values, out=self.high)
+
     def fit_errors(self, near_var: torch.Tensor, far_var: Optional[torch.Tensor] = None) -> None:
         """Set the held-out error variances (normalised target units), floored at 1e-8."""
         self.near_var.copy_(near_var.detach().clamp_min(1e-8))
@@ -282,6 +297,10 @@ class SupportedVariance:
     def fit_support(self, batch: SequenceBatch) -> None:
         """Record the training input range (normalised)."""
         self.support.fit_range(self._support_inputs(batch.observations))
+
+    def widen_support(self, batch: SequenceBatch) -> None:
+        """Count a training batch's inputs as seen (`InputSupport.widen`)."""
+        self.support.widen(self._support_inputs(batch.observations))
 
     def _model_inputs(self, observations: torch.Tensor) -> torch.Tensor:
         """Return the features the network reads (raw units); the observations by default."""

@@ -72,6 +72,7 @@ class FFNNInverse(SupportedVariance, StatelessStep, InverseModel):
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE in normalised torque units."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
+        self.widen_support(batch)
         error = self.net(self.input_norm.normalize(batch.observations)) \
             - self.target_norm.normalize(batch.targets)
         loss = error.pow(2).mean()

@@ -499,6 +499,7 @@ class HybridInverse(DynamicsModel):
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE of the residual in normalised units (gradients also reach learnable physics)."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
+        self.support.widen(self.input_norm.normalize(batch.observations))
         residual = batch.targets if self.residual_only else (
             batch.targets - self._physics(batch.observations))
         target = self.residual_norm.normalize(residual)

@@ -201,6 +201,7 @@ class LSTMInverseDynamics(SupportedVariance, InverseModel):
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE in normalised torque units over joints and steps (seed 001, Eq. 3)."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
+        self.widen_support(batch)
         error = self._normalized(batch) - self.target_norm.normalize(batch.targets)
         loss = error.pow(2).mean()
         return loss, {'mse_normalized': float(loss.detach())}
