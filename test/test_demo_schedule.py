@@ -194,3 +194,9 @@ def test_slow_publisher_still_shows_the_payload_change_and_every_target(tmp_path
                      r'met', out), out
     assert (tmp_path / 'continual_demo.png').stat().st_size > 0
     assert report['rate_hz'] == 1000.0 and report['ended'] == 'complete'
+
+
+def test_the_demo_lap_drives_car_mpcs_default_line_search():
+    from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
+    assert demo.CANDIDATES[0] == CarMPCConfig.candidates
+    assert demo.REFINE == CarMPCConfig.refine_candidates

@@ -43,14 +43,14 @@ def build_mpc(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK
                                    refine_candidates=refine_candidates))
 
 
-def solve_ms(candidates: int = 512, solves: int = 3) -> float:
+def solve_ms(candidates: int = 512, solves: int = 3, refine_candidates: int = 0) -> float:
     """
     Return the median wall time (ms) of `solves` MPC ticks at the lap's start, as in the lap.
 
     The first tick (cold: allocations, no warm start) is not counted. `make demo` calls this
     before the lap to choose `candidates` on a slow or busy computer.
     """
-    mpc = build_mpc(candidates=candidates)
+    mpc = build_mpc(candidates=candidates, refine_candidates=refine_candidates)
     state = np.zeros(6)
     state[:3] = mpc.track.pose_at(0.0)
     state[3] = 1.0
@@ -184,18 +184,19 @@ def plot_lap(result: Dict[str, object], path: Path) -> Path:
     return path
 
 
-def run(out_dir: Path, candidates: int = 512) -> dict:
+def run(out_dir: Path, candidates: int = 512, refine_candidates: int = 0) -> dict:
     """
     Drive one lap, save car_lap.png and car_lap.json in out_dir, return the metrics.
 
-    candidates: line-search candidates per MPC iteration (fewer: a faster lap in wall time
-    on a slow computer; the metrics include the number used).
+    candidates (then refine_candidates finer ones): line-search step sizes per MPC iteration
+    (fewer: a faster lap in wall time on a slow computer; the metrics include the numbers).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = drive_laps(candidates=candidates)
+    result = drive_laps(candidates=candidates, refine_candidates=refine_candidates)
     plot_lap(result, out_dir / 'car_lap.png')
     metrics = {k: v for k, v in result.items() if k not in ('arrays', 'track')}
-    metrics.update(plot=str(out_dir / 'car_lap.png'), candidates=candidates)
+    metrics.update(plot=str(out_dir / 'car_lap.png'), candidates=candidates,
+                   refine_candidates=refine_candidates)
     (out_dir / 'car_lap.json').write_text(json.dumps(metrics, indent=2))
     return metrics
