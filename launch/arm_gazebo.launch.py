@@ -22,16 +22,15 @@ with use_sim_time.
   error naming what is missing, before any node starts.
 
 Arguments: simulator, params (config/arm_control.yaml: mujoco_arm and arm_controller),
-learner_params (config/learner.yaml), model, model_config (default: the hybrid with a 10 s
-payload memory; the learner checkpoints every second here), feedforward (learned | urdf |
-none), trajectory,
+learner_params (config/learner.yaml), model, model_config (a YAML mapping of the model's
+settings; default: the hybrid with a 10 s payload memory; the learner checkpoints every second
+here), feedforward (learned | urdf | none), trajectory,
 payload_mass (MuJoCo), checkpoint_dir (default: a new folder per run under ~/.rdl/runs),
 gui (gazebo: false runs the server only), realtime_priority.
 """
 import os
-import time
 
-from ament_index_python.packages import get_package_share_directory, PackageNotFoundError
+from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
 from launch.conditions import IfCondition
@@ -39,6 +38,8 @@ from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
+from robot_dynamics_learning.launch_common import require_packages, shared_arguments, typed
+import yaml
 
 PACKAGE = 'robot_dynamics_learning'
 SIMULATORS = ('mujoco', 'gazebo')
@@ -53,7 +54,7 @@ CONTROLLERS_PLACEHOLDER = '@CONTROLLERS_YAML@'
 # the last 1 s (config/learner.yaml's 0.999), tracked 1.8 instead of 2.6 mrad
 # (docs/simulation.md).
 CHECKPOINT_PERIOD_S = 1.0
-HYBRID_CONFIG = '{"hidden_size": 32, "num_layers": 1, "payload_forgetting": 0.9999}'
+HYBRID_CONFIG = {'hidden_size': 32, 'num_layers': 1, 'payload_forgetting': 0.9999}
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -61,50 +62,32 @@ def generate_launch_description() -> LaunchDescription:
     share = get_package_share_directory(PACKAGE)
     config = LaunchConfiguration
     checkpoint_dir = config('checkpoint_dir')
-    realtime_priority = ParameterValue(config('realtime_priority'), value_type=int)
-    run = f'arm_gazebo-{time.strftime("%Y%m%d-%H%M%S")}-{os.getpid()}'
+    realtime_priority = typed('realtime_priority', int)
     return LaunchDescription([
         DeclareLaunchArgument('simulator', default_value='mujoco', choices=list(SIMULATORS),
                               description='mujoco (CI) | gazebo (gz sim + gz_ros2_control)'),
         DeclareLaunchArgument('params', default_value=os.path.join(share, 'config',
                                                                    'arm_control.yaml'),
                               description='YAML parameters of mujoco_arm and arm_controller'),
-        DeclareLaunchArgument('learner_params', default_value=os.path.join(share, 'config',
-                                                                           'learner.yaml'),
-                              description='YAML parameters of dynamics_learner'),
-        DeclareLaunchArgument('model', default_value='hybrid',
-                              description='the learner model (hybrid | lstm | ...)'),
-        DeclareLaunchArgument('model_config', default_value=HYBRID_CONFIG,
-                              description="the learner's model_config (JSON; for model:=lstm "
-                              "pass '{}')"),
+        *shared_arguments(share, 'arm_gazebo', 'learner_params', 'model', 'trajectory',
+                          'payload_mass', 'run_checkpoint_dir', 'realtime_priority'),
+        DeclareLaunchArgument('model_config', default_value='',
+                              description="the learner's model settings as a YAML mapping, "
+                              "e.g. '{hidden_size: 64}'; empty: for the hybrid "
+                              f'{HYBRID_CONFIG}, for other models their defaults'),
         DeclareLaunchArgument('feedforward', default_value='learned',
                               description='learned | urdf | none'),
-        DeclareLaunchArgument('trajectory', default_value='excitation',
-                              description='excitation | reaching | mixed'),
-        DeclareLaunchArgument('payload_mass', default_value='0.0',
-                              description='initial payload at the flange (kg, MuJoCo)'),
-        DeclareLaunchArgument('checkpoint_dir', default_value=os.path.join(
-            os.path.expanduser('~'), '.rdl', 'runs', run), description="the learner's "
-            'checkpoints, which the controller reloads; default: a new folder per run'),
         DeclareLaunchArgument('gui', default_value='true',
                               description='gazebo: start the GUI too (false: server only)'),
-        DeclareLaunchArgument('realtime_priority', default_value='0',
-                              description='SCHED_FIFO priority (1-99) of our nodes; 0: normal'),
         OpaqueFunction(function=_require_simulator),
         Node(package=PACKAGE, executable='mujoco_arm', name='mujoco_arm', output='screen',
              condition=IfCondition(PythonExpression(
                  ["'", config('simulator'), "' == 'mujoco'"])),
              parameters=[config('params'), {
                  'publish_clock': True,
-                 'payload_mass': ParameterValue(config('payload_mass'), value_type=float),
+                 'payload_mass': typed('payload_mass', float),
                  'realtime_priority': realtime_priority}]),
-        Node(package=PACKAGE, executable='dynamics_learner', name='dynamics_learner',
-             output='screen', parameters=[config('learner_params'), {
-                 'model': config('model'),
-                 'model_config': ParameterValue(config('model_config'), value_type=str),
-                 'checkpoint_dir': checkpoint_dir, 'checkpoint_period_s': CHECKPOINT_PERIOD_S,
-                 'use_sim_time': True,
-                 'realtime_priority': realtime_priority}]),
+        OpaqueFunction(function=_learner),
         Node(package=PACKAGE, executable='arm_controller', name='arm_controller',
              output='screen', parameters=[config('params'), {
                  'feedforward': config('feedforward'), 'checkpoint_dir': checkpoint_dir,
@@ -114,17 +97,30 @@ def generate_launch_description() -> LaunchDescription:
     ])
 
 
+def _learner(context) -> list:
+    """Return dynamics_learner with its model settings as `model_config.<key>` parameters."""
+    value = context.launch_configurations
+    model = value['model']
+    text = value['model_config'].strip()
+    settings = yaml.safe_load(text) if text else (HYBRID_CONFIG if model == 'hybrid' else {})
+    if not isinstance(settings, dict):
+        raise RuntimeError(f'model_config must be a YAML mapping, got {text!r}')
+    return [Node(package=PACKAGE, executable='dynamics_learner', name='dynamics_learner',
+                 output='screen', parameters=[value['learner_params'], {
+                     'model': model,
+                     **{f'model_config.{key}': v for key, v in settings.items()},
+                     'checkpoint_dir': value['checkpoint_dir'],
+                     'checkpoint_period_s': CHECKPOINT_PERIOD_S, 'use_sim_time': True,
+                     'realtime_priority': int(value['realtime_priority'])}])]
+
+
 def _require_simulator(context) -> list:
     """Stop the launch before any node starts when simulator:=gazebo cannot work here."""
-    simulator = context.launch_configurations['simulator']
-    if simulator != 'gazebo':
-        return []
-    missing = [name for name in GAZEBO_PACKAGES if not _has(name)]
-    if missing:
-        raise RuntimeError(
-            f'simulator:=gazebo needs {", ".join(missing)} (not found in the ament index): '
-            'install Gazebo Harmonic with ros_gz and gz_ros2_control (e.g. ros-jazzy-ros-gz '
-            'ros-jazzy-gz-ros2-control ros-jazzy-ros2-controllers) or use simulator:=mujoco')
+    if context.launch_configurations['simulator'] == 'gazebo':
+        require_packages('simulator:=gazebo', GAZEBO_PACKAGES, 'install Gazebo Harmonic with '
+                         'ros_gz and gz_ros2_control (e.g. ros-jazzy-ros-gz '
+                         'ros-jazzy-gz-ros2-control ros-jazzy-ros2-controllers) or use '
+                         'simulator:=mujoco')
     return []
 
 
@@ -153,12 +149,3 @@ def _gazebo_actions(context, share: str) -> list:
     ] + [Node(package='controller_manager', executable='spawner', output='screen',
               arguments=[name, '--controller-manager', '/controller_manager'])
          for name in CONTROLLERS]
-
-
-def _has(package: str) -> bool:
-    """Return True when an ament package is installed (the Gazebo pieces are optional)."""
-    try:
-        get_package_share_directory(package)
-    except PackageNotFoundError:
-        return False
-    return True

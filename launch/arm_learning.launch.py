@@ -18,7 +18,7 @@ from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+from robot_dynamics_learning.launch_common import shared_arguments, typed
 
 PACKAGE = 'robot_dynamics_learning'
 
@@ -30,29 +30,22 @@ def generate_launch_description() -> LaunchDescription:
     params_file = LaunchConfiguration('params_file')
     checkpoint_dir = LaunchConfiguration('checkpoint_dir')
     namespace = LaunchConfiguration('namespace')
-    realtime_priority = ParameterValue(LaunchConfiguration('realtime_priority'), value_type=int)
-    use_sim_time = ParameterValue(LaunchConfiguration('use_sim_time'), value_type=bool)
+    realtime_priority = typed('realtime_priority', int)
+    use_sim_time = typed('use_sim_time', bool)
     return LaunchDescription([
-        DeclareLaunchArgument('model', default_value='hybrid',
-                              description='lstm | ac_rkn_inverse | hybrid | rigid_body | ffnn'),
+        *shared_arguments(share, 'arm_learning', 'model', 'realtime_priority', 'namespace',
+                          'use_sim_time'),
         DeclareLaunchArgument('urdf', default_value='panda.urdf',
                               description='robot URDF of the hybrid / rigid_body model (its '
                               'moving joints are the learned joints, in their order)'),
         DeclareLaunchArgument('params_file',
                               default_value=os.path.join(share, 'config', 'learner.yaml'),
                               description='YAML parameters of the learner and predictor'),
-        DeclareLaunchArgument('realtime_priority', default_value='0',
-                              description='SCHED_FIFO priority (1-99) of all node threads; '
-                              '0: normal scheduling (needs CAP_SYS_NICE or an rtprio limit)'),
-        DeclareLaunchArgument('namespace', default_value='',
-                              description='namespace of the nodes (joint_states is relative)'),
         DeclareLaunchArgument('checkpoint_dir', default_value=PathJoinSubstitution([
             os.path.join(os.path.expanduser('~'), '.rdl', 'arm_checkpoints'),
             PythonExpression(["'", namespace, "'.strip('/') or 'default'"]), model]),
             description='folder of checkpoints (resumed at start); default: one per '
             'namespace and model type'),
-        DeclareLaunchArgument('use_sim_time', default_value='false',
-                              description='use /clock (bag replay, simulators)'),
         DeclareLaunchArgument('predictor', default_value='false',
                               description='also start torque_predictor on the checkpoints'),
         Node(package=PACKAGE, executable='dynamics_learner', name='dynamics_learner',

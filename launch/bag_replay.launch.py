@@ -12,11 +12,9 @@ and predictions and, when the player signals the end of the bag, writes the same
 `rdl replay --holdout none` (the same scores for a seed) and exits, which ends the launch.
 
 Arguments: bag, models (comma-separated: lstm, ac_rkn_inverse, ffnn, hybrid, rigid_body),
-urdf (hybrid / rigid_body, and the rigid-body baseline), params_file (default
+urdf (hybrid / rigid_body, and the rigid-body baseline), learner_params (default
 config/learner.yaml), rate (playback speed), out (report folder).
 """
-import os
-
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import (DeclareLaunchArgument, EmitEvent, OpaqueFunction,
@@ -25,6 +23,7 @@ from launch.event_handlers import OnProcessExit
 from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from robot_dynamics_learning.launch_common import shared_arguments
 
 PACKAGE = 'robot_dynamics_learning'
 
@@ -34,7 +33,7 @@ def _nodes(context) -> list:
     value = lambda name: LaunchConfiguration(name).perform(context)  # noqa: E731
     models = [m.strip() for m in value('models').split(',') if m.strip()]
     learners = [f'learner_{model}' for model in models]
-    params_file = value('params_file')
+    params_file = value('learner_params')
     player = Node(package=PACKAGE, executable='bag_player', name='bag_player', output='screen',
                   parameters=[{'bag': value('bag'), 'rate': float(value('rate')),
                                'publish_clock': True, 'topics': [value('topic')],
@@ -68,9 +67,7 @@ def generate_launch_description() -> LaunchDescription:
                               'hybrid, rigid_body'),
         DeclareLaunchArgument('urdf', default_value='',
                               description='robot URDF (hybrid, rigid_body, rigid-body baseline)'),
-        DeclareLaunchArgument('params_file',
-                              default_value=os.path.join(share, 'config', 'learner.yaml'),
-                              description='learner parameters'),
+        *shared_arguments(share, 'bag_replay', 'learner_params'),
         DeclareLaunchArgument('rate', default_value='1.0', description='playback speed'),
         DeclareLaunchArgument('out', default_value='replay_report', description='report folder'),
         OpaqueFunction(function=_nodes),

@@ -16,16 +16,13 @@ noisier emulated mocap).
 On a real car set throttle_min to the ESC's lowest allowed throttle in the params file
 (0.0 for the DART car).
 """
-import os
-import time
-
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+from robot_dynamics_learning.launch_common import shared_arguments, typed
 
 PACKAGE = 'robot_dynamics_learning'
 
@@ -36,28 +33,14 @@ def generate_launch_description() -> LaunchDescription:
     params = LaunchConfiguration('params')
     learn = LaunchConfiguration('learn')
     checkpoint_dir = LaunchConfiguration('checkpoint_dir')
-    use_sim_time = ParameterValue(LaunchConfiguration('use_sim_time'), value_type=bool)
-    run = f'car_mpc-{time.strftime("%Y%m%d-%H%M%S")}-{os.getpid()}'
+    use_sim_time = typed('use_sim_time', bool)
     return LaunchDescription([
         DeclareLaunchArgument('mocap_topic', default_value='/vrpn_mocap/rc_car/pose',
                               description='PoseStamped of the car from the mocap system'),
         DeclareLaunchArgument('command_topic', default_value='/rc_car/cmd',
                               description='Twist command topic of the car driver'),
-        DeclareLaunchArgument('params', default_value=os.path.join(share, 'config',
-                                                                   'car.yaml'),
-                              description='YAML parameters of the car nodes'),
-        DeclareLaunchArgument('track', default_value=os.path.join(share, 'config', 'tracks',
-                                                                  'oval.yaml'),
-                              description='race track YAML'),
-        DeclareLaunchArgument('checkpoint', default_value=os.path.join(
-            share, 'config', 'models', 'car_mlp_sim.pt'), description='car model checkpoint'),
-        DeclareLaunchArgument('learn', default_value='false',
-                              description='also run car_model_learner'),
-        DeclareLaunchArgument('checkpoint_dir', default_value=os.path.join(
-            os.path.expanduser('~'), '.rdl', 'runs', run), description='folder of the '
-            "learner's checkpoints (learn:=true); default: a new one per run"),
-        DeclareLaunchArgument('use_sim_time', default_value='false',
-                              description='use /clock (bag replay with --clock)'),
+        *shared_arguments(share, 'car_mpc', 'car_params', 'track', 'checkpoint', 'learn',
+                          'run_checkpoint_dir', 'use_sim_time'),
         DeclareLaunchArgument('estimator_order', default_value='2',
                               description='causal fit order of car_state_estimator: 2 (no '
                               'delay, suits a Vicon-class mocap) or 1 (straight line, least '
@@ -67,9 +50,8 @@ def generate_launch_description() -> LaunchDescription:
         Node(package=PACKAGE, executable='car_state_estimator', name='car_state_estimator',
              output='screen', parameters=[params, {
                  'use_sim_time': use_sim_time,
-                 'order': ParameterValue(LaunchConfiguration('estimator_order'), value_type=int),
-                 'window_s': ParameterValue(LaunchConfiguration('estimator_window_s'),
-                                            value_type=float)}],
+                 'order': typed('estimator_order', int),
+                 'window_s': typed('estimator_window_s', float)}],
              remappings=[('mocap_pose', LaunchConfiguration('mocap_topic'))]),
         Node(package=PACKAGE, executable='car_mpc', name='car_mpc', output='screen',
              parameters=[params, {

@@ -14,9 +14,8 @@ simulator is not started, and every car node runs on the bridged /clock). gazebo
 without ros_gz installed stops the launch with an error naming what is missing.
 """
 import os
-import time
 
-from ament_index_python.packages import get_package_share_directory, PackageNotFoundError
+from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
 from launch.conditions import IfCondition, UnlessCondition
@@ -24,6 +23,7 @@ from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import Command, LaunchConfiguration, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
+from robot_dynamics_learning.launch_common import has_package, require_packages, shared_arguments
 
 PACKAGE = 'robot_dynamics_learning'
 MOCAP_TOPIC = '/vrpn_mocap/rc_car/pose'
@@ -39,23 +39,11 @@ def generate_launch_description() -> LaunchDescription:
     checkpoint_dir = LaunchConfiguration('checkpoint_dir')
     learn = LaunchConfiguration('learn')
     use_sim_time = ParameterValue(gazebo, value_type=bool)   # Gazebo stamps are sim time
-    run = f'car_sim-{time.strftime("%Y%m%d-%H%M%S")}-{os.getpid()}'
     return LaunchDescription([
-        DeclareLaunchArgument('params', default_value=os.path.join(share, 'config',
-                                                                   'car.yaml'),
-                              description='YAML parameters of the car nodes'),
-        DeclareLaunchArgument('track', default_value=os.path.join(share, 'config', 'tracks',
-                                                                  'oval.yaml'),
-                              description='race track YAML'),
-        DeclareLaunchArgument('checkpoint', default_value=os.path.join(
-            share, 'config', 'models', 'car_mlp_sim.pt'), description='car model checkpoint'),
-        DeclareLaunchArgument('learn', default_value='false',
-                              description='also run car_model_learner'),
+        *shared_arguments(share, 'car_sim', 'car_params', 'track', 'checkpoint', 'learn',
+                          'run_checkpoint_dir'),
         DeclareLaunchArgument('gazebo', default_value='false',
                               description='drive the Gazebo car instead of car_sim'),
-        DeclareLaunchArgument('checkpoint_dir', default_value=os.path.join(
-            os.path.expanduser('~'), '.rdl', 'runs', run), description='folder of the '
-            "learner's checkpoints (learn:=true); default: a new one per run"),
         OpaqueFunction(function=_require_gazebo_packages),
         Node(package=PACKAGE, executable='car_sim', name='car_sim', output='screen',
              parameters=[params, {'track_file': track}],
@@ -75,19 +63,15 @@ def generate_launch_description() -> LaunchDescription:
              parameters=[params, {'checkpoint': LaunchConfiguration('checkpoint'),
                                   'checkpoint_dir': checkpoint_dir,
                                   'use_sim_time': use_sim_time}]),
-    ] + (_gazebo_actions(share, gazebo) if _has('ros_gz_sim') else []))
+    ] + (_gazebo_actions(share, gazebo) if has_package('ros_gz_sim') else []))
 
 
 def _require_gazebo_packages(context) -> list:
     """Stop the launch before any node starts when gazebo:=true cannot work here."""
-    if context.launch_configurations.get('gazebo', 'false').lower() not in ('true', '1'):
-        return []
-    missing = [name for name in GAZEBO_PACKAGES if not _has(name)]
-    if missing:
-        raise RuntimeError(
-            f'gazebo:=true needs {", ".join(missing)} (not found in the ament index): install '
-            'Gazebo Harmonic with ros_gz (e.g. ros-jazzy-ros-gz) or launch without '
-            'gazebo:=true to use the built-in car simulator')
+    if context.launch_configurations.get('gazebo', 'false').lower() in ('true', '1'):
+        require_packages('gazebo:=true', GAZEBO_PACKAGES, 'install Gazebo Harmonic with '
+                         'ros_gz (e.g. ros-jazzy-ros-gz) or launch without gazebo:=true to use '
+                         'the built-in car simulator')
     return []
 
 
@@ -114,12 +98,3 @@ def _gazebo_actions(share: str, gazebo: LaunchConfiguration) -> list:
              remappings=[('/model/rc_car/pose', MOCAP_TOPIC),
                          ('/model/rc_car/cmd_vel', 'cmd_vel_gz')]),
     ]
-
-
-def _has(package: str) -> bool:
-    """Return True when an ament package is installed (Gazebo pieces are optional)."""
-    try:
-        get_package_share_directory(package)
-    except PackageNotFoundError:
-        return False
-    return True

@@ -39,6 +39,26 @@ def setting(default: Any, description: str, low: Optional[float] = None,
         'dynamic': dynamic, 'unset_type': unset_type})
 
 
+def setting_of(cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
+    """
+    Return a field with the description and range of `cls`'s field `name` (and its default).
+
+    A node setting that passes straight to a core class (a trainer's batch size) keeps one
+    definition there instead of a copy that could drift.
+    """
+    field = cls.__dataclass_fields__[name]
+    return dataclasses.field(default=field.default if default is dataclasses.MISSING
+                             else default, metadata=field.metadata)
+
+
+def build_from(cls: Type[ConfigT], config: Any, **extra: Any) -> ConfigT:
+    """Return `cls` built from the fields of `config` that it has by name, and `extra`."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    values = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)
+              if field.name in names}
+    return cls(**{**values, **extra})
+
+
 def settings_mapping(description: str) -> Any:
     """Return a field of nested settings (a mapping; ROS parameters `<field>.<key>`)."""
     return dataclasses.field(default_factory=dict, metadata={

@@ -14,7 +14,7 @@ PANDA = resource('urdf/panda.urdf')
 LEARNER = {'model': 'hybrid', 'window': 8, 'batch_size': 16, 'warmup_samples': 100,
            'updates_per_sample': 0.1, 'accel_window': 5, 'diagnostics_period_s': 0.3,
            'recent_capacity': 2000, 'reservoir_windows': 50,
-           'model_config': "'{\"hidden_size\": 8, \"payload_start_after\": 50}'"}
+           'model_config.hidden_size': 8, 'model_config.payload_start_after': 50}
 
 
 def test_hybrid_learner_reorders_joints_to_the_urdf_and_predicts_with_physics(tmp_path):

@@ -217,6 +217,7 @@ def test_arm_gazebo_on_mujoco(home, tmp_path):
                          ['/dynamics_learner', 'use_sim_time', True],
                          ['/arm_controller', 'use_sim_time', True],
                          ['/dynamics_learner', 'model', 'hybrid'],
+                         ['/dynamics_learner', 'model_config.payload_forgetting', 0.9999],
                          ['/arm_controller', 'feedforward', 'learned'],
                          ['/arm_controller', 'command_topic', '/effort_controller/commands'],
                          ['/dynamics_learner', 'checkpoint_dir', {'startswith': runs}]],

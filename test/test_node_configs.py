@@ -6,16 +6,20 @@ import pytest
 import rclpy
 from rclpy.context import Context
 from rclpy.node import Node
+from robot_dynamics_learning.control.arm_controller_params import ArmControllerNodeConfig
 from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
+from robot_dynamics_learning.data.bag_player_params import BagPlayerConfig
 from robot_dynamics_learning.learning import replay
 from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
                                                              model_config_class,
                                                              TorquePredictorConfig)
+from robot_dynamics_learning.learning.replay_evaluator_params import ReplayEvaluatorConfig
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.params import (from_values, load_node_config, ros_parameters,
                                             SHARED_PARAMETERS)
 from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
 from robot_dynamics_learning.sim.car_sim_params import CarSimConfig
+from robot_dynamics_learning.sim.mujoco_arm_params import MujocoArmNodeConfig
 
 pytestmark = pytest.mark.ros
 
@@ -28,7 +32,12 @@ NODES = [
     ('car_mpc', CarMPCConfig, 'car.yaml', {}),
     ('arm_sim', ArmSimConfig, 'arm_sim.yaml', {}),
     ('car_sim', CarSimConfig, 'car.yaml', {}),
+    ('mujoco_arm', MujocoArmNodeConfig, 'arm_control.yaml', {}),
+    ('arm_controller', ArmControllerNodeConfig, 'arm_control.yaml', {}),
 ]
+# Nodes without a YAML file of their own: the launch files set what they need.
+NODES_WITHOUT_YAML = [('bag_player', BagPlayerConfig), ('replay_evaluator',
+                                                        ReplayEvaluatorConfig)]
 
 
 def declared(name: str, cls: type, args=()) -> object:
@@ -59,6 +68,17 @@ def test_node_defaults_yaml_and_rdl_are_one_set(name, cls, yaml, choices):
               != getattr(cls(), key)}
     assert differ == choices                                 # the file says only its choices
     assert dataclasses.replace(cls(), **choices) == from_file
+
+
+@pytest.mark.parametrize('name, cls', NODES_WITHOUT_YAML)
+def test_node_defaults_are_the_class_defaults(name, cls):
+    assert declared(name, cls) == cls()
+
+
+def test_a_value_given_at_start_reaches_the_class_and_a_bad_one_is_refused():
+    assert declared('bag_player', BagPlayerConfig, ['-p', 'rate:=2.5']).rate == 2.5
+    with pytest.raises(Exception, match='rate'):   # outside the declared range
+        declared('bag_player', BagPlayerConfig, ['-p', 'rate:=0.0'])
 
 
 def test_rdl_replay_reads_the_learner_block_into_the_node_class():

@@ -30,6 +30,7 @@ from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.hybrid import FastRegressor
+from robot_dynamics_learning.params import check_ranges, setting
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.trajectories import JointReference, ReferenceConfig
 
@@ -44,31 +45,26 @@ def _floats(*values: float) -> Tuple[float, ...]:
 
 @dataclass(frozen=True)
 class ArmControllerConfig:
-    """
-    kp (N m/rad), kd (N m s/rad): PD gains per joint (the defaults suit the Panda at 1 kHz).
+    """PD gains (the defaults suit the Panda at 1 kHz), approach, watchdog and reference."""
 
-    approach_s: minimum-jerk move from the first state to the trajectory's start (s).
-    stale_timeout_s: the newest state older than this (node clock) brakes (s).
-    reference: the trajectory followed after the approach.
-    """
-
-    kp: Tuple[float, ...] = _floats(600, 600, 600, 600, 250, 150, 50)
-    kd: Tuple[float, ...] = _floats(30, 30, 30, 30, 10, 10, 5)
-    approach_s: float = 2.0
-    stale_timeout_s: float = 0.05
+    kp: Tuple[float, ...] = setting(_floats(600, 600, 600, 600, 250, 150, 50),
+                                    'proportional gains per joint (N m/rad)')
+    kd: Tuple[float, ...] = setting(_floats(30, 30, 30, 30, 10, 10, 5),
+                                    'derivative gains per joint (N m s/rad)')
+    approach_s: float = setting(2.0, "move from the first state to the trajectory's start in "
+                                'this time (s, minimum jerk)', 0.0, 60.0)
+    stale_timeout_s: float = setting(0.05, 'zero torque when the newest state is older than '
+                                     'this on the node clock (s)', 0.001, 5.0)
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
 
     def __post_init__(self) -> None:
         """Reject values that cannot work, naming them."""
+        check_ranges(self)
         if len(self.kp) != len(self.kd):
             raise ValueError(f'kp and kd need one entry per joint, got {self.kp}, {self.kd}')
         for name in ('kp', 'kd'):
             if not all(np.isfinite(v) and v >= 0 for v in getattr(self, name)):
                 raise ValueError(f'{name} must be finite and >= 0, got {getattr(self, name)}')
-        if not self.approach_s >= 0:
-            raise ValueError(f'approach_s must be >= 0, got {self.approach_s}')
-        if not self.stale_timeout_s > 0:
-            raise ValueError(f'stale_timeout_s must be > 0, got {self.stale_timeout_s}')
 
 
 def quintic(t: float, duration: float, start: Sequence[np.ndarray], end: Sequence[np.ndarray]

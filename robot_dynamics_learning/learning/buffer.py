@@ -25,44 +25,33 @@ from typing import Optional
 
 import numpy as np
 from robot_dynamics_learning.core_types import SequenceBatch
+from robot_dynamics_learning.params import check_ranges, setting
 import torch
 
 
 @dataclass(frozen=True)
 class BufferConfig:
-    """
-    Sizes and segmentation rules of a `StreamingBuffer`.
+    """Sizes and segmentation rules of a `StreamingBuffer`."""
 
-    window: steps per training window T (recurrent models see T consecutive samples).
-    recent_capacity: samples kept in the ring of newest data.
-    reservoir_windows: windows kept in the reservoir of older data (0 disables it).
-    reservoir_stride: a completed window is offered to the reservoir every this many samples.
-    recent_fraction: share of each batch drawn from the ring (the rest from the reservoir).
-    gap_factor: a step longer than gap_factor x the nominal period starts a new segment.
-    """
-
-    window: int = 32
-    recent_capacity: int = 20000
-    reservoir_windows: int = 2000
-    reservoir_stride: int = 16
-    recent_fraction: float = 0.5
-    gap_factor: float = 3.0
+    window: int = setting(32, 'steps per training window (recurrent models see this many '
+                          'consecutive samples)', 1, 1000)
+    recent_capacity: int = setting(20000, 'samples in the ring of recent data', 10,
+                                   10_000_000)
+    reservoir_windows: int = setting(2000, 'windows kept from the whole past (0: none)', 0,
+                                     1_000_000)
+    reservoir_stride: int = setting(16, 'a completed window is offered to the reservoir every '
+                                    'this many samples', 1, 1_000_000)
+    recent_fraction: float = setting(0.5, 'share of each batch from recent data (the rest '
+                                     'from the reservoir)', 0.0, 1.0)
+    gap_factor: float = setting(3.0, 'a step this many times the nominal period breaks '
+                                'windows (starts a new segment)', 1.01, 1000.0)
 
     def __post_init__(self) -> None:
         """Reject sizes that cannot work, naming the bad value."""
-        if self.window < 1:
-            raise ValueError(f'window must be >= 1, got {self.window}')
+        check_ranges(self)
         if self.recent_capacity < self.window:
             raise ValueError(f'recent_capacity ({self.recent_capacity}) must be >= window '
                              f'({self.window})')
-        if self.reservoir_windows < 0:
-            raise ValueError(f'reservoir_windows must be >= 0, got {self.reservoir_windows}')
-        if self.reservoir_stride < 1:
-            raise ValueError(f'reservoir_stride must be >= 1, got {self.reservoir_stride}')
-        if not 0.0 <= self.recent_fraction <= 1.0:
-            raise ValueError(f'recent_fraction must be in [0, 1], got {self.recent_fraction}')
-        if self.gap_factor <= 1.0:
-            raise ValueError(f'gap_factor must be > 1, got {self.gap_factor}')
 
 
 class StreamingBuffer:

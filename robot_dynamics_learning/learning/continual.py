@@ -31,6 +31,7 @@ from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
 from robot_dynamics_learning.learning.prequential import PrequentialError
 from robot_dynamics_learning.models.base import DynamicsModel
+from robot_dynamics_learning.params import check_ranges, setting
 import torch
 
 SaveFunction = Callable[[DynamicsModel, dict], object]
@@ -38,54 +39,35 @@ SaveFunction = Callable[[DynamicsModel, dict], object]
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """
-    Settings of the continual trainer.
+    """Settings of the continual trainer (seed 001: batches of 128 windows)."""
 
-    batch_size: windows per mini-batch (seed 001: 128).
-    learning_rate: Adam step size.
-    grad_clip: maximum global gradient norm.
-    warmup_samples: samples collected before the first update; the normalisation is fitted
-        on them (unless the model was resumed from a checkpoint).
-    updates_per_sample: compute budget, at most this many updates per received sample
-        (0 = train as fast as the CPU allows).
-    publish_every: updates between hand-overs of new weights to the predictor.
-    checkpoint_every_s: seconds between checkpoints (0 disables periodic checkpoints).
-    prequential_window: samples in the sliding prequential nMSE.
-    renormalize_factor: refit the normalisation when a channel's spread grows past this
-        factor (0 disables); max_renormalizations: at most this many refits.
-    max_cpu_share: share of one core's wall time the trainer thread may use, in (0, 1]:
-        after an update that took d seconds it pauses d (1 / share - 1). On a small machine
-        this leaves the message callback (and a simulator or controller beside it) the CPU
-        it needs to keep up with a 1 kHz stream; 1 = no pause. Applies to the thread only,
-        not to `train_pending` (offline replay keeps its exact budget).
-    """
-
-    batch_size: int = 128
-    learning_rate: float = 3e-3
-    grad_clip: float = 1.0
-    warmup_samples: int = 1000
-    updates_per_sample: float = 0.05
-    publish_every: int = 5
-    checkpoint_every_s: float = 30.0
-    prequential_window: int = 5000
-    renormalize_factor: float = 10.0
-    max_renormalizations: int = 3
-    max_cpu_share: float = 1.0
+    batch_size: int = setting(128, 'windows per mini-batch', 1, 4096)
+    learning_rate: float = setting(3e-3, 'Adam learning rate', 1e-9, 1.0)
+    grad_clip: float = setting(1.0, 'maximum global gradient norm', 1e-6, 1e6)
+    warmup_samples: int = setting(1000, 'samples before the first update; the normalisation '
+                                  'is fitted on them (unless resumed from a checkpoint)', 1,
+                                  100_000_000)
+    updates_per_sample: float = setting(0.05, 'training budget: updates per received sample '
+                                        '(0: as fast as possible)', 0.0, 100.0)
+    publish_every: int = setting(5, 'updates between weight hand-overs to the predictor', 1,
+                                 100000)
+    checkpoint_every_s: float = setting(30.0, 'seconds between checkpoints (0: none)', 0.0,
+                                        1e9)
+    prequential_window: int = setting(5000, 'samples in the sliding prequential nMSE', 2,
+                                      100_000_000)
+    renormalize_factor: float = setting(10.0, 'refit the normalisation when a channel spreads '
+                                        'this many times wider than at the fit (a robot that '
+                                        'started at rest); 0: never', 0.0, 1e6)
+    max_renormalizations: int = setting(3, 'refits of the normalisation at most', 0, 1000)
+    max_cpu_share: float = setting(1.0, "share of one core's wall time the trainer thread may "
+                                   'use: after an update of d seconds it pauses d (1 / share '
+                                   '- 1), leaving the message callback (and a simulator or '
+                                   'controller beside it) the CPU it needs at 1 kHz on a small '
+                                   'machine; the thread only, not `train_pending`', 0.01, 1.0)
 
     def __post_init__(self) -> None:
         """Reject values that cannot work, naming the bad value."""
-        for name in ('batch_size', 'publish_every', 'prequential_window'):
-            if getattr(self, name) < 1:
-                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
-        for name in ('learning_rate', 'grad_clip'):
-            if not getattr(self, name) > 0:
-                raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
-        for name in ('warmup_samples', 'updates_per_sample', 'checkpoint_every_s',
-                     'renormalize_factor', 'max_renormalizations'):
-            if getattr(self, name) < 0:
-                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
-        if not 0.0 < self.max_cpu_share <= 1.0:
-            raise ValueError(f'max_cpu_share must be in (0, 1], got {self.max_cpu_share}')
+        check_ranges(self)
 
 
 class Published(NamedTuple):

@@ -12,8 +12,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.continual import LearnerConfig, TrainerConfig
-from robot_dynamics_learning.params import (check_ranges, load_node_config, setting,
-                                            settings_mapping)
+from robot_dynamics_learning.params import (build_from, check_ranges, load_node_config,
+                                            setting, setting_of, settings_mapping)
 from robot_dynamics_learning.resources import resource
 
 INVERSE_MODELS = ('lstm', 'ac_rkn_inverse', 'hybrid', 'rigid_body', 'ffnn')
@@ -42,31 +42,19 @@ class DynamicsLearnerConfig:
     checkpoint_period_s: float = setting(TrainerConfig.checkpoint_every_s,
                                          'seconds between checkpoints', 0.1, 86400.0)
     resume: bool = setting(True, 'continue from the newest valid checkpoint if there is one')
-    batch_size: int = setting(TrainerConfig.batch_size, 'windows per mini-batch', 1, 4096)
-    window: int = setting(BufferConfig.window, 'steps per training window', 1, 1000)
-    learning_rate: float = setting(TrainerConfig.learning_rate, 'Adam learning rate', 1e-6, 1.0)
-    grad_clip: float = setting(TrainerConfig.grad_clip, 'maximum gradient norm', 1e-6, 1e6)
-    updates_per_sample: float = setting(TrainerConfig.updates_per_sample, 'training budget: '
-                                        'updates per received sample (0: as fast as '
-                                        'possible)', 0.0, 10.0)
-    warmup_samples: int = setting(TrainerConfig.warmup_samples, 'samples before the first update '
-                                  '(normalisation fit)', 1, 10_000_000)
-    recent_capacity: int = setting(BufferConfig.recent_capacity, 'samples in the ring of recent '
-                                   'data', 10, 10_000_000)
-    reservoir_windows: int = setting(BufferConfig.reservoir_windows, 'windows kept from the whole '
-                                     'past (0: none)', 0, 1_000_000)
-    recent_fraction: float = setting(BufferConfig.recent_fraction, 'share of each batch from '
-                                     'recent data', 0.0, 1.0)
-    gap_factor: float = setting(BufferConfig.gap_factor, 'a step this many times the nominal '
-                                'period breaks windows', 1.01, 1000.0)
-    prequential_window: int = setting(TrainerConfig.prequential_window, 'samples in the sliding '
-                                      'prequential nMSE', 2, 10_000_000)
-    renormalize_factor: float = setting(TrainerConfig.renormalize_factor, 'refit the '
-                                        'normalisation when a channel spreads this many times '
-                                        'wider than at the fit (a robot that started at '
-                                        'rest); 0: never', 0.0, 1e6)
-    publish_every: int = setting(TrainerConfig.publish_every, 'updates between weight hand-overs '
-                                 'to the predictor', 1, 100000)
+    batch_size: int = setting_of(TrainerConfig, 'batch_size')
+    window: int = setting_of(BufferConfig, 'window')
+    learning_rate: float = setting_of(TrainerConfig, 'learning_rate')
+    grad_clip: float = setting_of(TrainerConfig, 'grad_clip')
+    updates_per_sample: float = setting_of(TrainerConfig, 'updates_per_sample')
+    warmup_samples: int = setting_of(TrainerConfig, 'warmup_samples')
+    recent_capacity: int = setting_of(BufferConfig, 'recent_capacity')
+    reservoir_windows: int = setting_of(BufferConfig, 'reservoir_windows')
+    recent_fraction: float = setting_of(BufferConfig, 'recent_fraction')
+    gap_factor: float = setting_of(BufferConfig, 'gap_factor')
+    prequential_window: int = setting_of(TrainerConfig, 'prequential_window')
+    renormalize_factor: float = setting_of(TrainerConfig, 'renormalize_factor')
+    publish_every: int = setting_of(TrainerConfig, 'publish_every')
     time_reset_s: float = setting(0.5, 'a stamp this far backwards is a time reset (looping '
                                   'bag): state is reset instead of rejecting', 0.0, 1e9)
     accel_window: int = setting(21, 'samples in the causal acceleration estimate (a one-sided '
@@ -116,18 +104,10 @@ class DynamicsLearnerConfig:
 
     def learner_config(self) -> LearnerConfig:
         """Return the buffer and trainer settings of the continual learner."""
-        return LearnerConfig(
-            BufferConfig(window=self.window, recent_capacity=self.recent_capacity,
-                         reservoir_windows=self.reservoir_windows,
-                         recent_fraction=self.recent_fraction, gap_factor=self.gap_factor),
-            TrainerConfig(batch_size=self.batch_size, learning_rate=self.learning_rate,
-                          grad_clip=self.grad_clip, warmup_samples=self.warmup_samples,
-                          updates_per_sample=self.updates_per_sample,
-                          publish_every=self.publish_every,
-                          checkpoint_every_s=self.checkpoint_period_s,
-                          prequential_window=self.prequential_window,
-                          renormalize_factor=self.renormalize_factor,
-                          max_cpu_share=self.train_cpu_share))
+        return LearnerConfig(build_from(BufferConfig, self),
+                             build_from(TrainerConfig, self,
+                                        checkpoint_every_s=self.checkpoint_period_s,
+                                        max_cpu_share=self.train_cpu_share))
 
 
 def model_config_class(values: Mapping[str, Any]) -> type:

@@ -39,6 +39,7 @@ from robot_dynamics_learning.learning.continual import (ContinualLearner, Contin
                                                         Published, save_with_physics,
                                                         SaveFunction, trainer_stats)
 from robot_dynamics_learning.models.base import DynamicsModel
+from robot_dynamics_learning.params import check_ranges, setting
 from robot_dynamics_learning.processes import die_with_parent, start_child
 import torch
 
@@ -47,32 +48,20 @@ STATS_PERIOD_S = 0.5
 
 @dataclass(frozen=True)
 class ProcessConfig:
-    """
-    How the trainer process runs.
+    """How the trainer process runs."""
 
-    nice: scheduling niceness added to the child (0-19; higher yields the CPU to the node).
-    block: samples per message to the child; flush_s: the oldest sample waits at most this
-        long before its block is sent anyway.
-    threads: torch intra-op threads of the child.
-    stop_timeout_s: how long `stop` waits for the child's final checkpoint.
-    """
-
-    nice: int = 10
-    block: int = 16
-    flush_s: float = 0.005
-    threads: int = 1
-    stop_timeout_s: float = 20.0
+    nice: int = setting(10, 'scheduling niceness added to the child (higher yields the CPU '
+                        'to the node)', 0, 19)
+    block: int = setting(16, 'samples per message to the child', 1, 100000)
+    flush_s: float = setting(0.005, 'the oldest sample waits at most this long before its '
+                             'block is sent anyway (s)', 0.0, 10.0)
+    threads: int = setting(1, 'torch intra-op threads of the child', 1, 64)
+    stop_timeout_s: float = setting(20.0, "how long `stop` waits for the child's final "
+                                    'checkpoint (s)', 0.001, 3600.0)
 
     def __post_init__(self) -> None:
         """Reject values that cannot work, naming the bad value."""
-        if not 0 <= self.nice <= 19:
-            raise ValueError(f'nice must be in [0, 19], got {self.nice}')
-        if self.block < 1 or self.threads < 1:
-            raise ValueError(f'block and threads must be >= 1, got {self.block}, '
-                             f'{self.threads}')
-        if not self.flush_s >= 0 or not self.stop_timeout_s > 0:
-            raise ValueError(f'flush_s must be >= 0 and stop_timeout_s > 0, got '
-                             f'{self.flush_s}, {self.stop_timeout_s}')
+        check_ranges(self)
 
 
 @dataclass

@@ -14,7 +14,6 @@ use_sim_time); after that the controller restarts with a new approach from a new
 `/diagnostics` (1 Hz): counters, the tracking RMSE over the last second (rad) and the model
 in use.
 """
-import functools
 from pathlib import Path
 import threading
 from typing import List, Optional
@@ -23,9 +22,8 @@ from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.control.arm_controller_params import ArmControllerNodeConfig
 from robot_dynamics_learning.control.arm_feedforward import (ArmController,
-                                                             ArmControllerConfig,
-                                                             FEEDFORWARD_MODES,
                                                              LearnedFeedforward,
                                                              no_feedforward,
                                                              RigidBodyFeedforward)
@@ -33,11 +31,10 @@ from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, float64_array_msg,
                                                        JointStateParser, parse_or_warn)
-from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
-from robot_dynamics_learning.sim.trajectories import MODES, ReferenceConfig
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 import torch
@@ -51,63 +48,34 @@ class ArmControllerNode(Node):
     def __init__(self) -> None:
         super().__init__('arm_controller')
 
-        declare = functools.partial(declare_parameter, self)
-
-        default = ArmControllerConfig()
-        declare('feedforward', 'learned', f'one of {FEEDFORWARD_MODES}')
-        declare('checkpoint_dir', '', "dynamics_learner's checkpoint folder (feedforward "
-                'learned)')
-        declare('poll_period_s', 1.0, 'seconds between checks for a newer checkpoint',
-                0.05, 3600.0)
-        declare('urdf', '', 'arm URDF: a path or a file in the package urdf/ (empty: '
-                'panda.urdf); joints, limits and the rigid-body model')
-        declare('trajectory', 'excitation', f'reference trajectory, one of {MODES}')
-        declare('seed', 0, 'seed of the reference trajectory')
-        declare('kp', list(default.kp), 'proportional gains per joint (N m/rad)')
-        declare('kd', list(default.kd), 'derivative gains per joint (N m s/rad)')
-        declare('approach_s', default.approach_s, 'move from the first state to the '
-                "trajectory's start in this time (s)", 0.0, 60.0)
-        declare('stale_timeout_s', default.stale_timeout_s, 'zero torque when the newest '
-                'state is older than this (s)', 0.001, 5.0)
-        declare('command_topic', '/effort_controller/commands', 'torque command topic')
-        declare('accel_window', 21, 'samples in the causal acceleration fit of the learned '
-                "feed-forward's input (must match the learner's)", 3, 1000)
-        declare('torch_threads', 1, 'torch intra-op threads (learned feed-forward)', 1, 64)
-        get = self.get_parameter
-        torch.set_num_threads(get('torch_threads').value)
-        name = get('urdf').value or 'panda.urdf'
+        self.config = config = declare_config(self, ArmControllerNodeConfig)
+        torch.set_num_threads(config.torch_threads)
+        name = config.urdf or 'panda.urdf'
         urdf = Path(name) if '/' in name else resource(f'urdf/{name}')
         robot = load_urdf(urdf)
         self.joint_names = list(robot.joint_names)
-        self.mode = get('feedforward').value
-        if self.mode not in FEEDFORWARD_MODES:
-            raise ValueError(f'feedforward must be one of {FEEDFORWARD_MODES}, got '
-                             f'{self.mode!r}')
+        self.mode = config.feedforward
         self.learned: Optional[LearnedFeedforward] = None
         feedforward = no_feedforward
         if self.mode != 'none':
             feedforward = RigidBodyFeedforward(urdf)
         if self.mode == 'learned':
-            if not get('checkpoint_dir').value:
+            if not config.checkpoint_dir:
                 raise ValueError('feedforward learned needs checkpoint_dir')
             self.learned = LearnedFeedforward(
-                Path(get('checkpoint_dir').value), self.joint_names, fallback=feedforward,
+                Path(config.checkpoint_dir), self.joint_names, fallback=feedforward,
                 differentiator=CausalDifferentiator(len(self.joint_names),
-                                                    window=get('accel_window').value))
+                                                    window=config.accel_window))
             feedforward = self.learned
         limits = robot.joint_limits
-        self.controller = ArmController(
-            ArmControllerConfig(kp=tuple(get('kp').value), kd=tuple(get('kd').value),
-                                approach_s=get('approach_s').value,
-                                stale_timeout_s=get('stale_timeout_s').value,
-                                reference=ReferenceConfig(mode=get('trajectory').value,
-                                                          seed=get('seed').value)),
-            feedforward, limits.lower.numpy(), limits.upper.numpy(), limits.effort.numpy())
+        self.controller = ArmController(config.controller_config(), feedforward,
+                                        limits.lower.numpy(), limits.upper.numpy(),
+                                        limits.effort.numpy())
         self.parser = JointStateParser(self.joint_names, velocity=FieldNeed.REQUIRED,
                                        effort=FieldNeed.IGNORE)
         self._errors = np.zeros(ERROR_WINDOW)
         self._lock = threading.Lock()
-        self.pub_command = self.create_publisher(Float64MultiArray, get('command_topic').value,
+        self.pub_command = self.create_publisher(Float64MultiArray, config.command_topic,
                                                  10)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(JointState, 'joint_states', self._on_joint_state,
@@ -119,11 +87,11 @@ class ArmControllerNode(Node):
         if self.learned is not None:
             self._poll()
             self._poller = threading.Thread(target=self._poll_loop, name='checkpoint_poll',
-                                            args=(get('poll_period_s').value,), daemon=True)
+                                            args=(config.poll_period_s,), daemon=True)
             self._poller.start()
         self.get_logger().info(f'feed-forward {self.mode} on {urdf.name}, '
-                               f"{get('trajectory').value} trajectory, commands on "
-                               f"{get('command_topic').value}")
+                               f'{config.trajectory} trajectory, commands on '
+                               f'{config.command_topic}')
 
     def _poll(self) -> None:
         line = self.learned.poll()

@@ -14,17 +14,16 @@ import threading
 import time
 from typing import List
 
-from rcl_interfaces.msg import SetParametersResult
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from robot_dynamics_learning.nodes.conversions import float64_array_msg, joint_state_msg
 from robot_dynamics_learning.nodes.parameters import declare_config
+from robot_dynamics_learning.nodes.payload import follow_payload
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
 from robot_dynamics_learning.sim.arm_stream import ArmStream, SimBlock, SimEvent
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64, Float64MultiArray
+from std_msgs.msg import Float64MultiArray
 
 
 class ArmSimNode(Node):
@@ -50,8 +49,7 @@ class ArmSimNode(Node):
         self.pub_states = self.create_publisher(JointState, 'joint_states', 10)
         self.pub_command = (self.create_publisher(Float64MultiArray, params.command_topic, 10)
                             if params.publish_command else None)
-        self.create_subscription(Float64, '~/payload_mass', self._on_payload, 10)
-        self.add_on_set_parameters_callback(self._on_parameters)
+        follow_payload(self, self._request_payload)
         self.create_timer(5.0, self._log_rate)
         self._last_count = (0, time.monotonic())
         self._stop = threading.Event()
@@ -73,18 +71,6 @@ class ArmSimNode(Node):
     def _request_payload(self, mass: float) -> None:
         self.stream.request_payload(mass)
         self.get_logger().info(f'payload change to {mass} kg requested')
-
-    def _on_payload(self, msg: Float64) -> None:
-        if not (msg.data >= 0.0 and msg.data < float('inf')):
-            self.get_logger().warn(f'ignored payload mass {msg.data} (must be finite, >= 0)')
-            return
-        self._request_payload(msg.data)
-
-    def _on_parameters(self, parameters: List[Parameter]) -> SetParametersResult:
-        for parameter in parameters:
-            if parameter.name == 'payload_mass':
-                self._request_payload(parameter.value)
-        return SetParametersResult(successful=True)
 
     def _publish_blocks(self) -> None:
         """Publish every simulated sample at its own due time (the publisher thread)."""

@@ -22,16 +22,17 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 import rclpy
 from rclpy.context import Context
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from robot_dynamics_learning.data.bag_io import open_bag, TopicArrays, TYPESTORES
+from robot_dynamics_learning.data.bag_io import open_bag, TopicArrays
+from robot_dynamics_learning.data.bag_player_params import BagPlayerConfig
 from robot_dynamics_learning.data.messages import JOINT_STATE, JointStateParser
 from robot_dynamics_learning.nodes.conversions import clock_msg
+from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
@@ -52,57 +53,20 @@ class BagPlayer(Node):
 
     def __init__(self) -> None:
         super().__init__('bag_player')
-        self.declare_parameter('bag', '', ParameterDescriptor(
-            description='rosbag2 folder to play (sqlite3 or MCAP)', read_only=True))
-        self.declare_parameter('rate', 1.0, ParameterDescriptor(
-            description='playback speed factor: 2.0 plays twice as fast', read_only=True,
-            floating_point_range=[FloatingPointRange(from_value=0.01, to_value=1000.0)]))
-        self.declare_parameter('loop', False, ParameterDescriptor(
-            description='start again from the beginning at the end', read_only=True))
-        self.declare_parameter('publish_clock', False, ParameterDescriptor(
-            description='publish the bag time on /clock (for use_sim_time nodes)',
-            read_only=True))
-        self.declare_parameter('clock_frequency', 100.0, ParameterDescriptor(
-            description='most /clock messages per second of bag time (Hz)', read_only=True,
-            floating_point_range=[FloatingPointRange(from_value=1.0, to_value=10000.0)]))
-        self.declare_parameter('topics', [''], ParameterDescriptor(
-            description="topics to play; [''] plays every topic", read_only=True))
-        self.declare_parameter('start_offset', 0.0, ParameterDescriptor(
-            description='skip this many seconds from the start of the bag', read_only=True,
-            floating_point_range=[FloatingPointRange(from_value=0.0, to_value=1e9)]))
-        self.declare_parameter('exit_at_end', True, ParameterDescriptor(
-            description='shut down after the last message (false: stay up, idle)',
-            read_only=True))
-        self.declare_parameter('wait_for_subscribers', 0, ParameterDescriptor(
-            description='before playing, wait until every played topic has this many '
-                        'subscriptions (reliable delivery from the first message)',
-            read_only=True, integer_range=[IntegerRange(from_value=0, to_value=100, step=1)]))
-        self.declare_parameter('queue_depth', 1000, ParameterDescriptor(
-            description='history depth hint of the reliable keep-all publishers',
-            read_only=True,
-            integer_range=[IntegerRange(from_value=1, to_value=100000, step=1)]))
-        self.declare_parameter('progress_period', 2.0, ParameterDescriptor(
-            description='seconds between progress log lines', read_only=True))
-        self.declare_parameter('typestore', 'jazzy', ParameterDescriptor(
-            description=f'types for bags without definitions: {sorted(TYPESTORES)}',
-            read_only=True))
-        p = {name: self.get_parameter(name).value for name in (
-            'bag', 'rate', 'loop', 'publish_clock', 'clock_frequency', 'topics',
-            'start_offset', 'exit_at_end', 'wait_for_subscribers', 'queue_depth',
-            'progress_period', 'typestore')}
-        if not p['bag']:
+        self.config = config = declare_config(self, BagPlayerConfig)
+        if not config.bag:
             raise ValueError("parameter 'bag' is required: the rosbag2 folder to play")
-        self.bag = p['bag']
-        self.rate = float(p['rate'])
-        self.loop = bool(p['loop'])
-        self.exit_at_end = bool(p['exit_at_end'])
-        self.start_offset_ns = int(round(p['start_offset'] * 1e9))
-        self.clock_period_ns = int(round(1e9 / p['clock_frequency']))
-        self.wait_for_subscribers = int(p['wait_for_subscribers'])
-        self.progress_period = float(p['progress_period'])
-        self.typestore = p['typestore']
-        wanted = [t for t in p['topics'] if t]
-        qos = QoSProfile(depth=int(p['queue_depth']), history=HistoryPolicy.KEEP_ALL,
+        self.bag = config.bag
+        self.rate = config.rate
+        self.loop = config.loop
+        self.exit_at_end = config.exit_at_end
+        self.start_offset_ns = int(round(config.start_offset * 1e9))
+        self.clock_period_ns = int(round(1e9 / config.clock_frequency))
+        self.wait_for_subscribers = config.wait_for_subscribers
+        self.progress_period = config.progress_period
+        self.typestore = config.typestore
+        wanted = [t for t in config.topics if t]
+        qos = QoSProfile(depth=config.queue_depth, history=HistoryPolicy.KEEP_ALL,
                          reliability=ReliabilityPolicy.RELIABLE)
         self._topic_publishers: Dict[str, object] = {}
         try:
@@ -134,13 +98,13 @@ class BagPlayer(Node):
             durability=DurabilityPolicy.TRANSIENT_LOCAL))
         self.read_errors = 0
         self._clock_pub = self.create_publisher(Clock, '/clock', 10) \
-            if p['publish_clock'] else None
+            if config.publish_clock else None
         self.published = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._play, name='bag_player', daemon=True)
         self.get_logger().info(
             f'playing {self.bag} ({self.duration_s:.2f} s) at rate {self.rate}: '
-            f'{sorted(self._topic_publishers)}; loop={self.loop}, clock={p["publish_clock"]}')
+            f'{sorted(self._topic_publishers)}; loop={self.loop}, clock={config.publish_clock}')
         self._thread.start()
 
     def _wait_for_subscribers(self) -> bool:

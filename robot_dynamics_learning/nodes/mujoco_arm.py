@@ -20,26 +20,24 @@ state went out against its due time (p50 / p99 / max, ms, over the last 5 s). On
 machine the tail is time spent runnable behind other processes: `realtime_priority` (every
 node has it) puts the stepping thread under SCHED_FIFO.
 """
-import functools
 import threading
 import time
 from typing import List, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
-from rcl_interfaces.msg import SetParametersResult
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import clock_msg, joint_state_msg
-from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import declare_config
+from robot_dynamics_learning.nodes.payload import follow_payload
 from robot_dynamics_learning.nodes.runtime import spin_node
-from robot_dynamics_learning.sim.mujoco_arm import (MujocoArm, MujocoArmConfig,
-                                                    TIMEOUT_ACTIONS)
+from robot_dynamics_learning.sim.mujoco_arm import MujocoArm
+from robot_dynamics_learning.sim.mujoco_arm_params import MujocoArmNodeConfig
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64, Float64MultiArray
+from std_msgs.msg import Float64MultiArray
 
 LATENESS_WINDOW = 5000   # steps in the publish-lateness percentiles (5 s at 1 kHz)
 
@@ -50,54 +48,15 @@ class MujocoArmNode(Node):
     def __init__(self) -> None:
         super().__init__('mujoco_arm')
 
-        declare = functools.partial(declare_parameter, self)
-
-        default = MujocoArmConfig()
-        declare('urdf', '', 'arm URDF path (empty: the package urdf/panda.urdf)')
-        declare('flange', '', 'body the payload is fixed to (empty: the last body)')
-        declare('timestep', default.timestep, 'simulation step and publish period (s)',
-                1e-4, 0.01)
-        declare('friction', list(default.friction), 'dry (Coulomb) joint friction, N m')
-        declare('damping', list(default.damping), 'viscous joint damping, N m s/rad')
-        declare('armature', list(default.armature), 'rotor inertia at each joint, kg m^2')
-        declare('payload_mass', 0.0, 'payload at the flange (kg); may change at run time',
-                0.0, 50.0, dynamic=True)
-        declare('payload_com', list(default.payload_com), 'payload centre of mass in the '
-                'flange frame (m)')
-        declare('command_timeout_s', default.command_timeout_s, 'a command is held this long '
-                '(simulated s), then timeout_action applies', 0.0, 10.0)
-        declare('timeout_action', default.timeout_action, f'one of {TIMEOUT_ACTIONS}')
-        declare('brake_damping', default.brake_damping, 'damping of the timeout brake, '
-                'N m s/rad', 0.0, 1000.0)
-        declare('initial_position', Parameter.Type.DOUBLE_ARRAY, 'start configuration (rad); '
-                'unset: the middle of every joint range')
-        declare('command_topic', '/effort_controller/commands', 'torque command topic')
-        declare('publish_clock', False, 'be the clock source: publish /clock and stamp with '
-                'simulated time (other nodes: use_sim_time)')
-        declare('real_time_factor', 1.0, 'simulated seconds per wall second (0: as fast as '
-                'possible, only with publish_clock)', 0.0, 100.0)
-        declare('duration_s', 0.0, 'stop after this many simulated seconds (0: never)',
-                0.0, 1e9)
-        get = self.get_parameter
-        self.sim = MujocoArm(MujocoArmConfig(
-            urdf=get('urdf').value, flange=get('flange').value, timestep=get('timestep').value,
-            friction=tuple(get('friction').value), damping=tuple(get('damping').value),
-            armature=tuple(get('armature').value), payload_mass=get('payload_mass').value,
-            payload_com=tuple(get('payload_com').value),
-            command_timeout_s=get('command_timeout_s').value,
-            timeout_action=get('timeout_action').value,
-            brake_damping=get('brake_damping').value))
-        initial = list(self.get_parameter_or(
-            'initial_position', Parameter('initial_position', value=[])).value)
+        self.config = config = declare_config(self, MujocoArmNodeConfig)
+        self.sim = MujocoArm(config.world())
         limits = self.sim.model.jnt_range
-        self.sim.reset(np.asarray(initial) if initial else limits.mean(axis=1))
+        self.sim.reset(np.asarray(config.initial_position) if config.initial_position
+                       else limits.mean(axis=1))
         self.names: List[str] = self.sim.joint_names
-        self.publish_clock = bool(get('publish_clock').value)
-        self.factor = float(get('real_time_factor').value)
-        if self.factor == 0 and not self.publish_clock:
-            raise ValueError('real_time_factor 0 (as fast as possible) needs publish_clock: '
-                             'stamps on the wall clock would run ahead of it')
-        self.duration = float(get('duration_s').value)
+        self.publish_clock = config.publish_clock
+        self.factor = config.real_time_factor
+        self.duration = config.duration_s
         self._lock = threading.Lock()
         self._lateness = np.zeros(LATENESS_WINDOW)
         self.published = 0
@@ -105,10 +64,9 @@ class MujocoArmNode(Node):
         self.pub_clock = self.create_publisher(Clock, '/clock', 10) if self.publish_clock \
             else None
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_subscription(Float64MultiArray, get('command_topic').value,
+        self.create_subscription(Float64MultiArray, config.command_topic,
                                  self._on_command, 10)
-        self.create_subscription(Float64, '~/payload_mass', self._on_payload, 10)
-        self.add_on_set_parameters_callback(self._on_parameters)
+        follow_payload(self, self._set_payload)
         self.create_timer(1.0, self._diagnostics)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name='mujoco_arm_steps', daemon=True)
@@ -116,7 +74,7 @@ class MujocoArmNode(Node):
         self.get_logger().info(
             f'MuJoCo arm: {len(self.names)} joints, step {self.sim.config.timestep * 1e3:g} ms, '
             f"{'sim time on /clock' if self.publish_clock else 'real time'}, factor "
-            f'{self.factor:g}, commands on {get("command_topic").value}')
+            f'{self.factor:g}, commands on {config.command_topic}')
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         data = np.asarray(msg.data, dtype=np.float64)[int(msg.layout.data_offset):]
@@ -131,18 +89,6 @@ class MujocoArmNode(Node):
         with self._lock:
             self.sim.set_payload(mass)
         self.get_logger().info(f'payload {mass} kg')
-
-    def _on_payload(self, msg: Float64) -> None:
-        if not (msg.data >= 0.0 and msg.data < float('inf')):
-            self.get_logger().warn(f'ignored payload mass {msg.data} (must be finite, >= 0)')
-            return
-        self._set_payload(msg.data)
-
-    def _on_parameters(self, parameters: List[Parameter]) -> SetParametersResult:
-        for parameter in parameters:
-            if parameter.name == 'payload_mass':
-                self._set_payload(parameter.value)
-        return SetParametersResult(successful=True)
 
     def _run(self) -> None:
         """Step and publish at each due time (the stepping thread)."""

@@ -19,8 +19,9 @@ from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from robot_dynamics_learning.learning import replay, report
+from robot_dynamics_learning.learning.replay_evaluator_params import ReplayEvaluatorConfig
 from robot_dynamics_learning.nodes.conversions import stamp_to_ns
-from robot_dynamics_learning.nodes.parameters import declare
+from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty
@@ -33,29 +34,18 @@ class ReplayEvaluator(Node):
 
     def __init__(self) -> None:
         super().__init__('replay_evaluator')
-        declare(self, 'out', 'replay_report', 'report folder (report.md, metrics.json, PNGs)')
-        declare(self, 'learners', ['dynamics_learner'], 'learner node names (or namespaced '
-                'paths) whose ~/predicted_torques are scored')
-        declare(self, 'end_topic', '/bag_player/end_of_bag', 'std_msgs/Empty that ends it')
-        declare(self, 'settle_s', 10.0, 'after the end of the bag, seconds without a new '
-                'prediction after which the report is written although a learner has not '
-                'predicted the last message (it rejected it, or died); a learner still '
-                'working through its backlog keeps it waiting', 0.0, 600.0)
-        declare(self, 'urdf', '', 'URDF for the rigid-body baseline (empty: none)')
-        declare(self, 'params_file', '', 'learner params YAML for the report settings '
-                '(empty: config/learner.yaml)')
-        get = self.get_parameter
-        self.out = get('out').value
-        self.urdf = get('urdf').value or None
-        self.settle_s = get('settle_s').value
-        self.params = replay.load_learner_params(get('params_file').value or None)
+        self.config = config = declare_config(self, ReplayEvaluatorConfig)
+        self.out = config.out
+        self.urdf = config.urdf or None
+        self.settle_s = config.settle_s
+        self.params = replay.load_learner_params(config.params_file or None)
         self.recorder = replay.StreamRecorder(time_reset_s=float(self.params['time_reset_s']))
         self.first_ns: Optional[int] = None
         reliable = QoSProfile(depth=100, history=HistoryPolicy.KEEP_ALL,
                               reliability=ReliabilityPolicy.RELIABLE)
         self._reliable = reliable
         self.predictions: Dict[str, Dict[str, Dict[int, np.ndarray]]] = {}
-        for learner in get('learners').value:
+        for learner in config.learners:
             label = learner.rstrip('/').split('/')[-1]
             self.predictions[label] = {'mean': {}, 'std': {}}
             for kind, suffix in (('mean', ''), ('std', '_std')):
@@ -64,7 +54,7 @@ class ReplayEvaluator(Node):
                     lambda msg, store=self.predictions[label][kind]: self._on_prediction(
                         msg, store), reliable)
         self._last_prediction = time.monotonic()
-        self.create_subscription(Empty, get('end_topic').value, self._on_end, QoSProfile(
+        self.create_subscription(Empty, config.end_topic, self._on_end, QoSProfile(
             depth=1, reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.TRANSIENT_LOCAL))
         self._done = False
@@ -72,12 +62,12 @@ class ReplayEvaluator(Node):
         # waits for that subscription, so no prediction of the first samples is lost to
         # discovery (seen once in CI: none arrived from a 1.5 s bag).
         self._prediction_topics = [f'{learner}/predicted_torques'
-                                   for learner in get('learners').value]
+                                   for learner in config.learners]
         self._waiting_since = time.monotonic()
         self._match_timer = self.create_timer(0.05, self._subscribe_when_matched,
                                               clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(f'recording joint_states and {list(self.predictions)} until '
-                               f"{get('end_topic').value}; report to {self.out}")
+                               f'{config.end_topic}; report to {self.out}')
 
     def _subscribe_when_matched(self) -> None:
         unmatched = [t for t in self._prediction_topics if self.count_publishers(t) == 0]

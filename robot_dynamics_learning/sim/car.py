@@ -19,40 +19,36 @@ from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import numpy as np
+from robot_dynamics_learning.params import check_ranges, setting
 
 GRAVITY = 9.81
 
 
 @dataclass(frozen=True)
 class CarParams:
-    """
-    Simulated car parameters; defaults match the DART JetRacer (1.58 kg, wheelbase 0.1735 m).
+    """Simulated car parameters; defaults match the DART JetRacer (1.58 kg, wheelbase 0.1735 m)."""
 
-    max_accel: longitudinal acceleration at full throttle (m/s^2); drag: linear speed
-    damping (1/s), so top speed is max_accel / drag; max_steer: front wheel angle at
-    steering 1 (rad); mu_static, mu_dynamic: friction coefficients of the traction limit;
-    yaw inertia is yaw_inertia_factor * mass * a * b (a, b: axle distances to the centre of
-    mass).
-    """
-
-    mass: float = 1.58
-    wheelbase: float = 0.1735
-    rear_to_cg: float = 0.0868
-    max_accel: float = 7.0
-    drag: float = 2.0
-    max_steer: float = 0.45
-    mu_static: float = 0.7
-    mu_dynamic: float = 0.45
-    yaw_inertia_factor: float = 1.0
-    dt: float = 0.01
+    mass: float = setting(1.58, 'mass (kg)', 1e-3, 1e4)
+    wheelbase: float = setting(0.1735, 'distance between the axles (m)', 1e-3, 100.0)
+    rear_to_cg: float = setting(0.0868, 'rear axle to centre of mass (m), inside the '
+                                'wheelbase', 1e-4, 100.0)
+    max_accel: float = setting(7.0, 'longitudinal acceleration at full throttle (m/s^2)',
+                               1e-3, 1e3)
+    drag: float = setting(2.0, 'linear speed damping (1/s): top speed is max_accel / drag',
+                          1e-6, 1e3)
+    max_steer: float = setting(0.45, 'front wheel angle at steering 1 (rad)', 1e-3, 1.5)
+    mu_static: float = setting(0.7, 'static friction coefficient of the traction limit',
+                               1e-3, 10.0)
+    mu_dynamic: float = setting(0.45, 'dynamic (sliding) friction coefficient, at most '
+                                'mu_static', 1e-3, 10.0)
+    yaw_inertia_factor: float = setting(1.0, 'yaw inertia = this x mass x a x b (a, b: axle '
+                                        'distances to the centre of mass)', 1e-3, 100.0)
+    dt: float = setting(0.01, 'integration step (s)', 1e-5, 1.0)
 
     def __post_init__(self) -> None:
         """Reject parameters that make the model meaningless."""
-        for name in ('mass', 'wheelbase', 'max_accel', 'drag', 'max_steer', 'mu_static',
-                     'mu_dynamic', 'yaw_inertia_factor', 'dt'):
-            if not getattr(self, name) > 0:
-                raise ValueError(f'CarParams.{name} must be positive, got {getattr(self, name)}')
-        if not 0 < self.rear_to_cg < self.wheelbase:
+        check_ranges(self)
+        if not self.rear_to_cg < self.wheelbase:
             raise ValueError(f'rear_to_cg must lie in (0, wheelbase), got {self.rear_to_cg}')
         if self.mu_dynamic > self.mu_static:
             raise ValueError(f'mu_dynamic ({self.mu_dynamic}) must not exceed mu_static '

@@ -23,6 +23,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import mujoco
 import numpy as np
+from robot_dynamics_learning.params import check_ranges, setting
 from robot_dynamics_learning.resources import resource
 
 TIMEOUT_ACTIONS = ('zero', 'damping')
@@ -38,30 +39,33 @@ class MujocoArmConfig:
     """
     The simulated world; per-joint tuples have one entry per moving joint (URDF order).
 
-    urdf: path ('' = the package's urdf/panda.urdf). flange: body the payload is fixed to
-    ('' = the last body). timestep: s. friction (Coulomb, N m), damping (N m s/rad),
-    armature (kg m^2): what the URDF does not model (the defaults: a Panda-like gear train).
-    payload_mass (kg), payload_com (m, flange frame). command_timeout_s: how long a command
-    is held (simulated s). timeout_action: 'zero' torque or 'damping' brake with
-    brake_damping (N m s/rad, every joint).
+    Friction, damping and armature are what the URDF does not model (the defaults: a
+    Panda-like gear train).
     """
 
-    urdf: str = ''
-    flange: str = ''
-    timestep: float = 1e-3
-    friction: Tuple[float, ...] = _floats(0.8, 0.8, 0.6, 0.6, 0.3, 0.2, 0.2)
-    damping: Tuple[float, ...] = _floats(0.5, 0.5, 0.3, 0.3, 0.15, 0.1, 0.1)
-    armature: Tuple[float, ...] = _floats(0.3, 0.3, 0.2, 0.2, 0.05, 0.03, 0.03)
-    payload_mass: float = 0.0
-    payload_com: Tuple[float, float, float] = (0.0, 0.0, 0.05)
-    command_timeout_s: float = 0.05
-    timeout_action: str = 'damping'
-    brake_damping: float = 20.0
+    urdf: str = setting('', 'arm URDF path (empty: the package urdf/panda.urdf)')
+    flange: str = setting('', 'body the payload is fixed to (empty: the last body)')
+    timestep: float = setting(1e-3, 'simulation step and publish period (s)', 1e-4, 0.01)
+    friction: Tuple[float, ...] = setting(_floats(0.8, 0.8, 0.6, 0.6, 0.3, 0.2, 0.2),
+                                          'dry (Coulomb) joint friction, N m')
+    damping: Tuple[float, ...] = setting(_floats(0.5, 0.5, 0.3, 0.3, 0.15, 0.1, 0.1),
+                                         'viscous joint damping, N m s/rad')
+    armature: Tuple[float, ...] = setting(_floats(0.3, 0.3, 0.2, 0.2, 0.05, 0.03, 0.03),
+                                          'rotor inertia at each joint, kg m^2')
+    payload_mass: float = setting(0.0, 'payload at the flange (kg); may change at run time',
+                                  0.0, 50.0, dynamic=True)
+    payload_com: Tuple[float, ...] = setting((0.0, 0.0, 0.05), 'payload centre of mass in '
+                                             'the flange frame (m)')
+    command_timeout_s: float = setting(0.05, 'a command is held this long (simulated s), then '
+                                       'timeout_action applies', 0.0, 10.0)
+    timeout_action: str = setting('damping', f'one of {TIMEOUT_ACTIONS}: zero torque or a '
+                                  'damping brake')
+    brake_damping: float = setting(20.0, 'damping of the timeout brake, N m s/rad (every '
+                                   'joint)', 0.0, 1000.0)
 
     def __post_init__(self) -> None:
         """Reject values that cannot work, naming them."""
-        if not 0 < self.timestep <= 0.01:
-            raise ValueError(f'timestep must be in (0, 0.01] s, got {self.timestep}')
+        check_ranges(self)
         for name in ('friction', 'damping', 'armature'):
             values = np.asarray(getattr(self, name), dtype=float)
             if values.ndim != 1 or not np.all(np.isfinite(values)) or np.any(values < 0):
@@ -69,9 +73,6 @@ class MujocoArmConfig:
         if self.timeout_action not in TIMEOUT_ACTIONS:
             raise ValueError(f'timeout_action must be one of {TIMEOUT_ACTIONS}, got '
                              f'{self.timeout_action!r}')
-        for name in ('command_timeout_s', 'brake_damping'):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
         _check_payload(self.payload_mass, self.payload_com)
 
 

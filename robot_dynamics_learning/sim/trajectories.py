@@ -19,46 +19,33 @@ from dataclasses import dataclass
 from typing import Tuple
 
 import numpy as np
+from robot_dynamics_learning.params import check_ranges, setting
 
 MODES = ('excitation', 'reaching', 'mixed')
 
 
 @dataclass(frozen=True)
 class ReferenceConfig:
-    """
-    mode: 'excitation', 'reaching' or 'mixed'.
+    """Which reference and its shape; the seed makes it reproducible."""
 
-    limit_fraction: share of each joint's range the reference may use (about its centre).
-    harmonics, base_frequency: Fourier series with frequencies base_frequency x (1..harmonics)
-        in Hz.
-    move_time, rest_time: duration of one reaching move and the rest after it (s).
-    mixed_excitation: share of the range given to the excitation in 'mixed' mode (the
-        reaching moves use the rest).
-    seed: makes the reference reproducible.
-    """
-
-    mode: str = 'excitation'
-    limit_fraction: float = 0.6
-    harmonics: int = 5
-    base_frequency: float = 0.1
-    move_time: float = 1.5
-    rest_time: float = 0.3
-    mixed_excitation: float = 0.3
-    seed: int = 0
+    mode: str = setting('excitation', f'reference trajectory, one of {MODES}')
+    limit_fraction: float = setting(0.6, "share of each joint's range the reference may use "
+                                    '(about its centre)', 1e-3, 1.0)
+    harmonics: int = setting(5, 'Fourier harmonics of the excitation', 1, 100)
+    base_frequency: float = setting(0.1, 'excitation frequencies are this x (1..harmonics) '
+                                    '(Hz)', 1e-4, 100.0)
+    move_time: float = setting(1.5, 'duration of one reaching move (s)', 1e-3, 1e4)
+    rest_time: float = setting(0.3, 'rest after each reaching move (s)', 0.0, 1e4)
+    mixed_excitation: float = setting(0.3, 'share of the range given to the excitation in '
+                                      "'mixed' mode (the reaching moves use the rest)", 0.0,
+                                      1.0)
+    seed: int = setting(0, 'seed of the reference')
 
     def __post_init__(self) -> None:
         """Reject unusable values, naming them."""
+        check_ranges(self)
         if self.mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {self.mode!r}')
-        if not 0.0 < self.limit_fraction <= 1.0:
-            raise ValueError(f'limit_fraction must be in (0, 1], got {self.limit_fraction}')
-        for name in ('harmonics', 'base_frequency', 'move_time'):
-            if not getattr(self, name) > 0:
-                raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
-        if not 0.0 <= self.mixed_excitation <= 1.0:
-            raise ValueError(f'mixed_excitation must be in [0, 1], got {self.mixed_excitation}')
-        if self.rest_time < 0:
-            raise ValueError(f'rest_time must be >= 0, got {self.rest_time}')
 
 
 def minimum_jerk(t: np.ndarray, duration: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
