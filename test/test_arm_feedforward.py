@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from robot_dynamics_learning.control.arm_feedforward import (ArmController,
                                                              ArmControllerConfig,
+                                                             FunctionFeedforward,
                                                              LearnedFeedforward,
                                                              no_feedforward,
                                                              RigidBodyFeedforward)
@@ -62,9 +63,21 @@ def test_approach_starts_at_the_arm_and_ends_on_the_trajectory():
         np.testing.assert_allclose(before, after, atol=1e-4)
 
 
+class CountingFeedforward(FunctionFeedforward):
+    """Zero torque; counts the resets the controller asks for."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda t, q, qd, qdd: np.zeros_like(q))
+        self.resets = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
 def test_stale_states_brake_and_control_restarts_only_from_a_newer_state():
     arm = MujocoArm()
-    controller = make_controller(no_feedforward, arm, stale_timeout_s=0.02)
+    feedforward = CountingFeedforward()
+    controller = make_controller(feedforward, arm, stale_timeout_s=0.02)
     q = arm.model.jnt_range.mean(axis=1)
     assert controller.on_state(100 * MS, 100 * MS, q, np.zeros(7)) is not None
     assert controller.watchdog(110 * MS) is None
@@ -81,14 +94,16 @@ def test_stale_states_brake_and_control_restarts_only_from_a_newer_state():
                                               'skipped_after_brake', 'restarts')} == {
         'rejected_future_stamp': 1, 'rejected_stale': 1, 'skipped_after_brake': 1,
         'restarts': 1}
+    assert feedforward.resets == 2   # the first start and the restart: state forgotten
 
 
 def test_outputs_are_clipped_and_never_non_finite():
     arm = MujocoArm()
     q = arm.model.jnt_range.mean(axis=1)
-    huge = make_controller(lambda t, q, qd, qdd: np.full(7, 1e3), arm)
+    huge = make_controller(FunctionFeedforward(lambda t, q, qd, qdd: np.full(7, 1e3)), arm)
     np.testing.assert_array_equal(huge.on_state(MS, MS, q, np.zeros(7)), arm.effort_limit)
-    broken = make_controller(lambda t, q, qd, qdd: np.full(7, np.nan), arm)
+    broken = make_controller(FunctionFeedforward(lambda t, q, qd, qdd: np.full(7, np.nan)),
+                             arm)
     np.testing.assert_array_equal(broken.on_state(MS, MS, q, np.zeros(7)), np.zeros(7))
     assert huge.counts['clipped'] == 1 and broken.counts['non_finite_output'] == 1
     assert broken.counts['commands'] == 0

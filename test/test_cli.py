@@ -49,3 +49,25 @@ def test_bag_export_output_feeds_identify(tmp_path):
     for a, b in zip(from_npz, from_bag):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(from_npz[3], trajectory.tau)
+
+
+def test_car_lap_drives_with_car_mpcs_settings_from_the_params_file(tmp_path, monkeypatch):
+    """`rdl car lap` reads the car_mpc block of a ROS params YAML, as the node does."""
+    from robot_dynamics_learning.cli import main
+    from robot_dynamics_learning.control import cli as car_cli
+    params = tmp_path / 'car.yaml'
+    params.write_text('car_mpc:\n  ros__parameters:\n    iterations: 2\n    candidates: 24\n'
+                      '    refine_candidates: 8\n    target_speed: 1.2\n    throttle_min: 0.0\n')
+    seen = {}
+
+    def drive_laps(*args, **kwargs):
+        seen.update(kwargs)
+        return {}
+
+    monkeypatch.setattr(car_cli, 'drive_laps', drive_laps)
+    assert main(['car', 'lap', '--params', str(params)]) == 0
+    assert (seen['iterations'], seen['candidates'], seen['refine_candidates']) == (2, 24, 8)
+    assert seen['mpc_config'].target_speed == 1.2
+    assert seen['mpc_config'].throttle_limits == (0.0, 1.0)
+    assert main(['car', 'lap', '--params', str(params), '--target-speed', '0.8']) == 0
+    assert seen['mpc_config'].target_speed == 0.8

@@ -8,7 +8,8 @@ controller of the demo and the control bench keep one definition.
 from dataclasses import dataclass
 from typing import Tuple
 
-from robot_dynamics_learning.control.arm_feedforward import ArmControllerConfig, FEEDFORWARD_MODES
+from robot_dynamics_learning.control.arm_feedforward import (ArmControllerConfig,
+                                                             FEEDFORWARD_MODES)
 from robot_dynamics_learning.params import build_from, check_ranges, setting, setting_of
 from robot_dynamics_learning.sim.trajectories import ReferenceConfig
 

@@ -35,8 +35,6 @@ from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from robot_dynamics_learning.sim.trajectories import JointReference, ReferenceConfig
 
 FEEDFORWARD_MODES = ('none', 'urdf', 'learned')
-# (t s since the (re)start, q_ref, qd_ref, qdd_ref) -> tau (n,) N m
-Feedforward = Callable[[float, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def _floats(*values: float) -> Tuple[float, ...]:
@@ -87,12 +85,40 @@ def quintic(t: float, duration: float, start: Sequence[np.ndarray], end: Sequenc
     return position, velocity, acceleration
 
 
-def no_feedforward(t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> np.ndarray:
-    """Return zero torque: PD only."""
-    return np.zeros_like(q)
+class Feedforward:
+    """
+    A model's torque for the reference: tau (n,) N m = f(t, q_ref, qd_ref, qdd_ref).
+
+    t: s since the (re)start. `reset` is called when the reference restarts (after a brake);
+    a feed-forward with state (a recurrent model, an acceleration fit) forgets it there.
+    """
+
+    def __call__(self, t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray
+                 ) -> np.ndarray:
+        """Return tau (n,) N m for one reference sample."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forget any state (the reference restarted); a stateless one keeps nothing."""
 
 
-class RigidBodyFeedforward:
+class FunctionFeedforward(Feedforward):
+    """A stateless feed-forward from a function of (t, q, qd, qdd) (PD only, tests)."""
+
+    def __init__(self, function: Callable[[float, np.ndarray, np.ndarray, np.ndarray],
+                                          np.ndarray]) -> None:
+        self.function = function
+
+    def __call__(self, t: float, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray
+                 ) -> np.ndarray:
+        """Return the function's torque."""
+        return self.function(t, q, qd, qdd)
+
+
+no_feedforward = FunctionFeedforward(lambda t, q, qd, qdd: np.zeros_like(q))   # PD only
+
+
+class RigidBodyFeedforward(Feedforward):
     """RNEA of the URDF as given (no friction, armature or payload): tau = Y(q, qd, qdd) phi."""
 
     def __init__(self, urdf: Path) -> None:
@@ -106,7 +132,7 @@ class RigidBodyFeedforward:
         return self._regressor(q, qd, qdd) @ self._regressor.phi
 
 
-class LearnedFeedforward:
+class LearnedFeedforward(Feedforward):
     """
     The newest checkpoint of `folder` stepped on the reference; `fallback` until one loads.
 
@@ -249,9 +275,7 @@ class ArmController:
             if self._start_ns is not None:
                 self.counts['restarts'] += 1
             self._start_ns, self._start_q = stamp_ns, np.array(q, dtype=np.float64)
-            reset = getattr(self.feedforward, 'reset', None)
-            if reset is not None:
-                reset()
+            self.feedforward.reset()
             self.braking = False
         t = (stamp_ns - self._start_ns) * 1e-9
         q_ref, qd_ref, qdd_ref = self.reference_at(t)

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Dict, Sequence
 
+from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.control.car_report import verdict_line, write_car_report
 from robot_dynamics_learning.control.car_training import (car_data, CAR_MODEL_TYPES,
                                                           load_car_model, save_car_model,
@@ -28,6 +29,7 @@ from robot_dynamics_learning.data.bag_io import CAR_COMMAND_TOPIC, CAR_POSE_TOPI
 from robot_dynamics_learning.data.car_datasets import car_dataset
 from robot_dynamics_learning.data.car_sources import BagOptions, load_car_bags, SOURCES
 from robot_dynamics_learning.data.messages import CommandMapping
+from robot_dynamics_learning.params import load_node_config
 from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.estimator_check import (estimator_errors,
                                                              reference_states,
@@ -127,7 +129,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lap.add_argument('--checkpoint', type=Path, default=DEFAULT_MODEL)
     lap.add_argument('--track', type=Path, default=DEFAULT_TRACK)
     lap.add_argument('--laps', type=float, default=1.0)
-    lap.add_argument('--target-speed', type=float, default=1.5, help='m/s')
+    lap.add_argument('--params', type=Path, default=resource('config/car.yaml'),
+                     help="car_mpc's settings, read from the car_mpc block of this ROS params "
+                     'YAML as the node reads it: solver, iterations, step sizes, horizon, '
+                     'target speed, limits (default: the package config/car.yaml)')
+    lap.add_argument('--target-speed', type=float, default=None,
+                     help='m/s (default: the params file)')
     lap.add_argument('--out', type=Path, default=None, help='folder for car_lap.png/json')
     lap.set_defaults(func=_lap)
 
@@ -291,7 +298,13 @@ def _scenarios(args: argparse.Namespace) -> int:
 
 
 def _lap(args: argparse.Namespace) -> int:
-    result = drive_laps(args.checkpoint, args.track, args.laps, args.target_speed,
+    settings = load_node_config(CarMPCConfig, args.params, 'car_mpc')
+    mpc_config = dataclasses.replace(   # solve time is not simulated: no budget
+        settings.mpc_config(), budget_s=10.0,
+        target_speed=args.target_speed or settings.target_speed)
+    result = drive_laps(args.checkpoint, args.track, args.laps, iterations=settings.iterations,
+                        candidates=settings.candidates, solver=settings.solver,
+                        refine_candidates=settings.refine_candidates, mpc_config=mpc_config,
                         progress=True)
     metrics = {k: v for k, v in result.items() if k not in ('arrays', 'track')}
     if args.out is not None:

@@ -34,13 +34,19 @@ def build_mpc(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRACK
               target_speed: float = 1.5, iterations: int = 3,
               candidates: int = 512, solver: str = DEFAULT_SOLVER,
               budget_s: float = 10.0, refine_candidates: int = 0,
-              degrade: bool = True) -> TrackMPC:
-    """Return the lap's MPC (one torch thread; default budget 10 s: solve time not simulated)."""
+              degrade: bool = True, mpc_config: Optional[MPCConfig] = None) -> TrackMPC:
+    """
+    Return the lap's MPC (one torch thread; default budget 10 s: solve time not simulated).
+
+    mpc_config: the MPC's settings as a whole (car_mpc's, `CarMPCConfig.mpc_config`); then
+    target_speed, budget_s and degrade are taken from it.
+    """
     torch.set_num_threads(1)
+    config = mpc_config or MPCConfig(target_speed=target_speed, budget_s=budget_s,
+                                     degrade=degrade)
     return TrackMPC(load_car_model(Path(model_path)), Track(load_track_spec(Path(track_path))),
-                    MPCConfig(target_speed=target_speed, budget_s=budget_s, degrade=degrade),
-                    make_optimizer(solver, MPCConfig.horizon, iterations, candidates,
-                                   refine_candidates=refine_candidates))
+                    config, make_optimizer(solver, config.horizon, iterations, candidates,
+                                           refine_candidates=refine_candidates))
 
 
 def solve_ms(candidates: int = 512, solves: int = 3, refine_candidates: int = 0) -> float:
@@ -65,7 +71,8 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
                budget_s: Optional[float] = None, progress: bool = False,
                refine_candidates: int = 0, degrade: bool = True,
                friction: Optional[FrictionChange] = None,
-               on_tick: Optional[TickHook] = None) -> Dict[str, object]:
+               on_tick: Optional[TickHook] = None,
+               mpc_config: Optional[MPCConfig] = None) -> Dict[str, object]:
     """
     Drive `laps` laps in simulated time; return metrics and the logged arrays.
 
@@ -76,10 +83,12 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
     `budget_s` is given: then a tick that misses it drives on its plan so far with `degrade`
     (counted in `late_ticks`), and without it, as car_mpc did, sends the brake command and
     forgets the warm start (counted in `brakes`). friction: a surface change during the run;
-    on_tick: see `TickHook`. Per lap: `lap_times_s` and `lap_max_lateral_m`.
+    on_tick: see `TickHook`; mpc_config: see `build_mpc`. Per lap: `lap_times_s` and
+    `lap_max_lateral_m`.
     """
     mpc = build_mpc(model_path, track_path, target_speed, iterations, candidates, solver,
-                    10.0 if budget_s is None else budget_s, refine_candidates, degrade)
+                    10.0 if budget_s is None else budget_s, refine_candidates, degrade,
+                    mpc_config)
     model, track = mpc.model, mpc.track
     noise = noise or MocapNoise()
     rng = np.random.default_rng(seed)

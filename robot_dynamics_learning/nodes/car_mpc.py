@@ -41,8 +41,9 @@ from robot_dynamics_learning.control.optimizer import make_optimizer
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
-from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping, PoseParser,
-                                                       stamp_to_ns, twist_msg)
+from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping,
+                                                       parse_or_warn, PoseParser, stamp_to_ns,
+                                                       twist_msg)
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import declare_config, refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
@@ -149,15 +150,9 @@ class CarMPCNode(ManagedNode):
 
     def _on_pose(self, msg: PoseStamped) -> None:
         # The shared parser: a zero or garbage quaternion is refused, not turned into a yaw.
-        result = self.pose_parser.parse(msg)
-        if not result.ok:
-            key = f'rejected_pose_{result.reason.value}'
-            with self._lock:
-                self.counts[key] = self.counts.get(key, 0) + 1
-            self.get_logger().warn(f'dropped a pose: {result.reason.value} ({result.detail})',
-                                   throttle_duration_sec=2.0)
+        pose = parse_or_warn(self, self.pose_parser, msg, 'pose')
+        if pose is None:
             return
-        pose = result.value
         self._offer('pose', msg.header.stamp, (pose.position[0], pose.position[1], pose.yaw))
 
     def _on_twist(self, msg: TwistStamped) -> None:
@@ -245,11 +240,17 @@ class CarMPCNode(ManagedNode):
             return
         braking = self.supervisor.braking or not self.active
         message = 'inactive' if not self.active else 'braking' if braking else 'driving'
-        publish_counters(self, self.pub_diag, {**self.counts, **self._timing()},
+        publish_counters(self, self.pub_diag, {**self._counts(), **self._timing()},
                          warn=braking, message=message)
 
+    def _counts(self) -> dict:
+        """Return the supervisor's counters and the rejected poses by reason."""
+        rejected = dict(self.pose_parser.counter.rejected)   # one C-level copy: no lock
+        return {**self.counts, **{f'rejected_pose_{reason.value}': n
+                                  for reason, n in rejected.items()}}
+
     def _log(self) -> None:
-        self.get_logger().info(f'{self.counts}; {self._timing()}')
+        self.get_logger().info(f'{self._counts()}; {self._timing()}')
 
 
 def main(args=None) -> None:
