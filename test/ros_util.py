@@ -93,3 +93,27 @@ def wait_for(condition: Callable[[], bool], timeout: float, period: float = 0.05
             return True
         time.sleep(period)
     return bool(condition())
+
+
+class Arrivals:
+    """Messages of one topic as (arrival time, value), recorded by a probe node's callback."""
+
+    def __init__(self, node: Node, msg_type: type, topic: str,
+                 value: Callable[[object], object] = lambda msg: msg, qos=10) -> None:
+        self._lock = threading.Lock()
+        self._items: List[tuple] = []
+        self._value = value
+        node.create_subscription(msg_type, topic, self._on_message, qos)
+
+    def _on_message(self, msg) -> None:
+        with self._lock:
+            self._items.append((time.monotonic(), self._value(msg)))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def since(self, start: float = float('-inf')) -> List[tuple]:
+        """Return (time, value) of the messages that arrived after `start` (monotonic s)."""
+        with self._lock:
+            return [item for item in self._items if item[0] > start]

@@ -7,7 +7,6 @@ car_state_estimator -> car_mpc as separate processes.
 import json
 import math
 from pathlib import Path
-import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -20,7 +19,7 @@ from robot_dynamics_learning.control.car_training import (build_car_model, load_
                                                           save_car_model)
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
-from ros_util import ROOT, start_node, stop_node, TestNode, wait_for
+from ros_util import Arrivals, ROOT, start_node, stop_node, TestNode, wait_for
 
 pytestmark = pytest.mark.ros
 OVAL = str(ROOT / 'config' / 'tracks' / 'oval.yaml')
@@ -98,17 +97,9 @@ def test_mpc_brakes_within_150_ms_when_the_state_goes_stale(tmp_path, bicycle_ch
     track = Track(load_track_spec(OVAL))
     try:
         with TestNode('mpc_probe') as probe:
-            commands = []
-            lock = threading.Lock()
-
-            def on_command(msg: Twist) -> None:
-                with lock:
-                    commands.append((time.monotonic(), msg.linear.x, msg.angular.z))
-            probe.node.create_subscription(Twist, 'command', on_command, 10)
-            pub_pose = probe.node.create_publisher(PoseStamped, 'car/pose',
-                                                   qos_profile_sensor_data)
-            pub_twist = probe.node.create_publisher(TwistStamped, 'car/twist',
-                                                    qos_profile_sensor_data)
+            commands = Arrivals(probe.node, Twist, 'command',
+                                lambda msg: (msg.linear.x, msg.angular.z))
+            pub_pose, pub_twist = state_publishers(probe.node)
             # Before any state the node brakes (stale from the start).
             assert wait_for(lambda: len(commands) > 0, 60.0), (tmp_path / 'mpc.log').read_text()
             x, y, yaw = track.pose_at(0.0)
@@ -123,16 +114,22 @@ def test_mpc_brakes_within_150_ms_when_the_state_goes_stale(tmp_path, bicycle_ch
                 last_publish = time.monotonic()
                 time.sleep(0.01)
             time.sleep(0.5)
-            with lock:
-                driving = [c for c in commands if c[0] < last_publish and c[1] != brake]
-                after = [c for c in commands if c[0] > last_publish]
+            driving = [t for t, (throttle, _) in commands.since()
+                       if t < last_publish and throttle != brake]
+            after = commands.since(last_publish)
             assert len(driving) > 10, 'the MPC did not drive while the state was fresh'
-            brakes = [c for c in after if c[1] == brake and c[2] == 0.0]
+            brakes = [t for t, command in after if command == (brake, 0.0)]
             assert brakes, 'no brake command after the state went stale'
-            assert brakes[0][0] - last_publish < 0.15
-            assert all(c[1] == brake for c in after if c[0] > brakes[0][0])
+            assert brakes[0] - last_publish < 0.15
+            assert all(throttle == brake for t, (throttle, _) in after if t > brakes[0])
     finally:
         assert stop_node(process) == 0, (tmp_path / 'mpc.log').read_text()
+
+
+def state_publishers(node) -> tuple:
+    """Return publishers of the car's pose and body twist, as the estimator publishes them."""
+    return (node.create_publisher(PoseStamped, 'car/pose', qos_profile_sensor_data),
+            node.create_publisher(TwistStamped, 'car/twist', qos_profile_sensor_data))
 
 
 def publish_state(pub_pose, pub_twist, stamp_ns, pose, speed=1.0):
@@ -160,19 +157,10 @@ def test_mpc_stays_braked_on_late_stale_and_out_of_order_states(tmp_path, bicycl
     pose = Track(load_track_spec(OVAL)).pose_at(0.0)
     try:
         with TestNode('mpc_late_probe') as probe:
-            commands = []
-            lock = threading.Lock()
-
-            def on_command(msg: Twist) -> None:
-                with lock:
-                    commands.append((time.monotonic(), msg.linear.x))
+            commands = Arrivals(probe.node, Twist, 'command', lambda msg: msg.linear.x)
             counters, on_diag = diagnostics_of('car_mpc')
-            probe.node.create_subscription(Twist, 'command', on_command, 10)
             probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
-            pub_pose = probe.node.create_publisher(PoseStamped, 'car/pose',
-                                                   qos_profile_sensor_data)
-            pub_twist = probe.node.create_publisher(TwistStamped, 'car/twist',
-                                                    qos_profile_sensor_data)
+            pub_pose, pub_twist = state_publishers(probe.node)
             assert wait_for(lambda: len(commands) > 0 and 'commands' in counters, 60.0), \
                 (tmp_path / 'mpc.log').read_text()
 
@@ -185,13 +173,11 @@ def test_mpc_stays_braked_on_late_stale_and_out_of_order_states(tmp_path, bicycl
                 return stamp
 
             def driving_since(start):
-                with lock:
-                    return [c for c in commands if c[0] > start and c[1] != brake]
+                return [t for t, throttle in commands.since(start) if throttle != brake]
             last_stamp = drive(1.0)
             assert wait_for(lambda: driving_since(0.0), 5.0), 'no driving with fresh states'
             time.sleep(0.3)  # the watchdog brakes; the last state is now 300 ms old
-            with lock:
-                assert commands[-1][1] == brake, 'no brake after the state went stale'
+            assert commands.since()[-1][1] == brake, 'no brake after the state went stale'
             braked = time.monotonic()
             # Late deliveries: newer than the last state but stamped 300 ms ago, and one
             # older than the last state (out of order), each repeated at 100 Hz.
@@ -218,10 +204,7 @@ def test_model_learner_learns_from_driving_and_writes_checkpoints(tmp_path):
         log_path=tmp_path / 'learner.log')
     try:
         with TestNode('learner_probe') as probe:
-            pub_pose = probe.node.create_publisher(PoseStamped, 'car/pose',
-                                                   qos_profile_sensor_data)
-            pub_twist = probe.node.create_publisher(TwistStamped, 'car/twist',
-                                                    qos_profile_sensor_data)
+            pub_pose, pub_twist = state_publishers(probe.node)
             pub_command = probe.node.create_publisher(Twist, 'command', 10)
             assert wait_for(lambda: pub_command.get_subscription_count() > 0, 30.0)
             start = time.monotonic()

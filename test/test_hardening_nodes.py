@@ -4,7 +4,6 @@ Issue 17 regressions over real DDS.
 car_mpc's clock, the estimator's future stamps, the learner's bad checkpoints and messages.
 """
 import math
-import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -19,7 +18,7 @@ from robot_dynamics_learning.control.car_training import build_car_model, save_c
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, tensor_checksum
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg
-from ros_util import ROOT, start_node, stop_node, TestNode, wait_for
+from ros_util import Arrivals, ROOT, start_node, stop_node, TestNode, wait_for
 import torch
 
 pytestmark = pytest.mark.ros
@@ -45,21 +44,14 @@ def test_f03_mpc_refuses_use_sim_time_at_run_time_and_keeps_braking(tmp_path):
                                             'brake_throttle': -0.25}, log_path=log)
     try:
         with TestNode('mpc_clock_probe') as probe:
-            commands = []
-            lock = threading.Lock()
-
-            def on_command(msg: Twist) -> None:
-                with lock:
-                    commands.append(time.monotonic())
-            probe.node.create_subscription(Twist, 'command', on_command, 10)
+            commands = Arrivals(probe.node, Twist, 'command')
             assert wait_for(lambda: len(commands) > 0, 60.0), log.read_text()
             result = _set_bool(probe, '/car_mpc', 'use_sim_time', True)
             assert not result.successful
             assert 'use_sim_time' in result.reason
             changed = time.monotonic()
             time.sleep(2.0)   # the issue saw no command at all for 2 s
-            with lock:
-                after = [t for t in commands if t > changed]
+            after = commands.since(changed)
             assert len(after) >= 20, f'{len(after)} brake commands in 2 s (20 Hz expected)'
     finally:
         assert stop_node(process) == 0, log.read_text()

@@ -44,7 +44,7 @@ class BufferConfig:
     recent_fraction: float = setting(0.5, 'share of each batch from recent data (the rest '
                                      'from the reservoir)', 0.0, 1.0)
     gap_factor: float = setting(3.0, 'a step this many times the nominal period breaks '
-                                'windows (starts a new segment)', 1.01, 1000.0)
+                                'windows (starts a new segment)', 1.01, 1e9)
 
     def __post_init__(self) -> None:
         """Reject sizes that cannot work, naming the bad value."""
