@@ -20,9 +20,11 @@ import xml.etree.ElementTree as ElementTree
 
 from launch_checks import installed, keywords, ROOT, setup_nodes
 import pytest
+from robot_dynamics_learning.control.arm_controller_params import ArmControllerNodeConfig
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.learner_params import DynamicsLearnerConfig
 from robot_dynamics_learning.sim.mujoco_arm import MujocoArmConfig
+from robot_dynamics_learning.sim.mujoco_arm_params import MujocoArmNodeConfig
 import yaml
 
 LAUNCH = 'launch/arm_gazebo.launch.py'
@@ -184,10 +186,8 @@ def test_command_topic_is_the_effort_controllers():
     params = yaml.safe_load((ROOT / 'config' / 'arm_control.yaml').read_text())
     for block in params.values():
         assert block['ros__parameters']['command_topic'] == '/effort_controller/commands'
-    for node in ('mujoco_arm', 'arm_controller'):
-        source = (ROOT / 'robot_dynamics_learning' / 'nodes' / f'{node}.py').read_text()
-        assert "'/effort_controller/commands'" in source
-    assert DynamicsLearnerConfig.command_topic == '/effort_controller/commands'
+    for config in (MujocoArmNodeConfig, ArmControllerNodeConfig, DynamicsLearnerConfig):
+        assert config.command_topic == '/effort_controller/commands'
 
 
 def test_clock_bridge_is_a_known_type_pair_in_the_right_direction():
