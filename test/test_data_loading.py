@@ -125,3 +125,12 @@ def test_rdl_train_on_csv_files_reports_the_baseline_and_coverage(tmp_path, caps
     assert report['coverage_warnings']   # the validation file leaves the training ranges
     text = capsys.readouterr().out
     assert 'previous value' in text and 'outside the training range' in text
+    # `rdl evaluate` reads and splits the same files the same way: the same test scores.
+    evaluation = tmp_path / 'eval.json'
+    assert cli.main(['evaluate', '--checkpoint', str(out / 'model.pt'), '--data', *files,
+                     '--columns', *KINOVA_COLUMNS, '--dt', '0.001', '--split', 'files:opti*',
+                     '--out', str(evaluation)]) == 0
+    metrics = json.loads(evaluation.read_text())
+    assert metrics['test_samples'] == report['test_samples']
+    np.testing.assert_allclose(metrics['nmse_per_joint'], report['model']['nmse'], rtol=1e-5)
+    assert metrics['side'] == 'test' and metrics['split'] == 'files:opti*'

@@ -165,7 +165,8 @@ def run_train(args: argparse.Namespace) -> int:
     result = train_model(model, train, val, train_config)
     out = Path(args.out)
     metadata = {'data': [str(item) for item in args.data], 'problem': problem,
-                'split': args.split, 'epochs': result.epochs,
+                'split': args.split, 'columns': list(args.columns), 'dt': args.dt,
+                'data_config': dict(data_config), 'epochs': result.epochs,
                 'seconds': result.seconds, 'best_val_loss': result.best_val_loss,
                 'training': dict(train_config.__dict__)}
     path = save_checkpoint(out / 'model.pt', model, trajectories[0].joint_names, metadata)
@@ -185,13 +186,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
     loaded = load_checkpoint(args.checkpoint)
     model = loaded.model
     problem = loaded.metadata.get('problem', model.kind)
-    trajectories = load_split(args.data, args.split, {})
+    side, spec = args.side, args.split
+    if spec in ('train', 'test'):   # the side, as `--split` meant before data splits
+        side, spec = spec, None
+    data_config = loaded.metadata.get('data_config', {})   # the training's qdd filter
+    train, test = load_data(args.data, data_config, spec, args.columns, args.dt)
+    trajectories = test if side == 'test' else train
+    if not trajectories:
+        raise ValueError(f'the {side} side of {args.data} is empty (split {spec!r})')
     if loaded.joint_names and trajectories[0].joint_names and \
             list(trajectories[0].joint_names) != loaded.joint_names:
         raise ValueError(f"checkpoint joints {loaded.joint_names} differ from the data's "
                          f'{trajectories[0].joint_names}')
     if problem == 'inverse':
-        train = load_split(args.data, 'train', {})
         report = inverse_report(model, train, trajectories)
         metrics = {'rmse_per_joint': report['model']['rmse'],
                    'nmse_per_joint': report['model']['nmse'], **report}
@@ -199,13 +206,28 @@ def run_evaluate(args: argparse.Namespace) -> int:
         batch = multi_step_batch(trajectories, args.warmup, args.horizon, args.stride)
         metrics = {'multi_step_rmse': multi_step_rmse(model, batch, args.warmup,
                                                       args.horizon).tolist()}
-    metrics.update({'checkpoint': str(args.checkpoint), 'data': str(args.data),
-                    'split': args.split, 'model_type': loaded.model_type})
+    metrics.update({'checkpoint': str(args.checkpoint), 'data': list(args.data),
+                    'split': spec, 'side': side, 'model_type': loaded.model_type})
     text = json.dumps(metrics, indent=1)
     print(text)
     if args.out:
         Path(args.out).write_text(text)
     return 0
+
+
+def _data_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options that read and split a user's files (train and evaluate alike)."""
+    parser.add_argument('--columns', nargs='*', default=(),
+                        help="files: 'field=pattern[,pattern]' per field (time, q, qd, qdd, tau, "
+                        'observations, actions), e.g. q=Position* tau=Torque[0-9]; default: '
+                        'columns named like the fields (q or q_1, q_2, ...)')
+    parser.add_argument('--dt', type=float, default=None,
+                        help='files without a time column: sample period in seconds')
+    parser.add_argument('--split', default=None,
+                        help="'time:0.8' (head of every recording trains; the default for "
+                        "files), 'blocks:500:4' (every 4th block of 500 samples tests) or "
+                        "'files:PATTERN[,PATTERN]'; a dataset keeps its fixed split unless "
+                        'given')
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -216,23 +238,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument('--data', required=True, nargs='+',
                        help=f'dataset name {list(DATASETS)}, a rosbag2 folder or CSV / npz '
                        'files')
-    train.add_argument('--columns', nargs='*', default=(),
-                       help="files: 'field=pattern[,pattern]' per field (time, q, qd, qdd, tau, "
-                       'observations, actions), e.g. q=Position* tau=Torque[0-9]; default: '
-                       'columns named like the fields (q or q_1, q_2, ...)')
-    train.add_argument('--dt', type=float, default=None,
-                       help='files without a time column: sample period in seconds')
-    train.add_argument('--split', default=None,
-                       help="'time:0.8' (head of every recording trains), 'blocks:500:4' (every "
-                       "4th block of 500 samples tests) or 'files:PATTERN[,PATTERN]'")
+    _data_arguments(train)
     train.add_argument('--out', default='runs/latest', help='output folder (model.pt, JSON)')
     train.add_argument('--seed', type=int, default=None, help='override training.seed')
     train.set_defaults(func=run_train)
     evaluate = subparsers.add_parser('evaluate', help='evaluate a checkpoint')
     evaluate.add_argument('--checkpoint', required=True, type=Path)
-    evaluate.add_argument('--data', required=True,
-                          help=f'dataset name {list(DATASETS)} or a rosbag2 folder')
-    evaluate.add_argument('--split', default='test', choices=('train', 'test'))
+    evaluate.add_argument('--data', required=True, nargs='+',
+                          help=f'dataset name {list(DATASETS)}, a rosbag2 folder or CSV / npz '
+                          'files (their split as `rdl train` made it: give the same --columns, '
+                          '--dt and --split)')
+    _data_arguments(evaluate)
+    evaluate.add_argument('--side', default='test', choices=('train', 'test'),
+                          help='which side of the split to score')
     evaluate.add_argument('--warmup', type=int, default=20,
                           help='forward models: observed steps before predicting')
     evaluate.add_argument('--horizon', type=int, default=10,
