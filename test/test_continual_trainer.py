@@ -177,3 +177,17 @@ def test_normalisation_is_refitted_once_when_a_robot_at_rest_starts_moving():
     assert trainer.renormalizations == 1
     assert trainer.model.fitted_on == [(1, 50, 2), (1, 50, 2)]
     assert learner.diagnostics()['renormalizations'] == 1
+
+
+def test_variance_calibration_scales_to_the_prequential_squared_errors():
+    """A model that claims variance 1 where its errors have variance 4 publishes 4 soon."""
+    from robot_dynamics_learning.learning.prequential import VarianceCalibration
+    rng = np.random.default_rng(0)
+    calibration = VarianceCalibration(2, window=500, min_samples=50)
+    np.testing.assert_array_equal(calibration.apply(np.ones(2)), np.ones(2))  # not yet scored
+    for _ in range(2000):
+        calibration.update(rng.normal(0.0, [2.0, 0.5]), np.ones(2))
+    np.testing.assert_allclose(calibration.apply(np.ones(2)), [4.0, 0.25], rtol=0.2)
+    for _ in range(500):   # the errors shrink: the newest window counts, not the whole past
+        calibration.update(rng.normal(0.0, [0.5, 0.5]), np.ones(2))
+    np.testing.assert_allclose(calibration.apply(np.ones(2)), [0.25, 0.25], rtol=0.2)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 import numpy as np
 from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
-from robot_dynamics_learning.learning.prequential import PrequentialError
+from robot_dynamics_learning.learning.prequential import PrequentialError, VarianceCalibration
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.params import check_ranges, setting
 import torch
@@ -516,6 +516,7 @@ class ContinualLearner:
                                             config.buffer.window)
         self.trainer.history = self.predictor.history
         self.prequential = PrequentialError(n_target, config.trainer.prequential_window)
+        self.calibration = VarianceCalibration(n_target, config.trainer.prequential_window)
         self._n_act = n_act
 
     def _make_trainer(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
@@ -563,9 +564,9 @@ class ContinualLearner:
             return self._observe_split(stamp, observation, act, target)
         mean, variance = self.predictor.predict(observation, act if self._n_act else None)
         if target is not None:
-            self.prequential.update(mean, target)
+            self._score(mean, variance, target)
         self._store(stamp, observation, act, target)
-        return mean, variance
+        return mean, self._calibrated(variance)
 
     def _observe_split(self, stamp: float, observation: np.ndarray, action: np.ndarray,
                        target: Optional[np.ndarray]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
@@ -575,11 +576,22 @@ class ContinualLearner:
         mean = residual + physics
         if target is None:
             self._store(stamp, observation, action, None)
-            return mean, variance
-        self.prequential.update(mean, target)
+            return mean, self._calibrated(variance)
+        self._score(mean, variance, target)
         self._store(stamp, observation, action, target - physics)
         self.physics.update(target - residual)
-        return mean, variance
+        return mean, self._calibrated(variance)
+
+    def _score(self, mean: np.ndarray, variance: Optional[np.ndarray],
+               target: np.ndarray) -> None:
+        """Score a prediction made before training on its sample (error and variance)."""
+        self.prequential.update(mean, target)
+        if variance is not None:
+            self.calibration.update(mean - target, variance)
+
+    def _calibrated(self, variance: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """Return the variance scaled to the prequential errors (`VarianceCalibration`)."""
+        return None if variance is None else self.calibration.apply(variance)
 
     def diagnostics(self) -> dict:
         """Return counters and metrics (floats and ints) for the log and the status topic."""

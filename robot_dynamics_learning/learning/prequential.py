@@ -60,6 +60,48 @@ class PrequentialError:
         return float(np.mean(self._error[:n] ** 2)) if n else float('nan')
 
 
+class VarianceCalibration:
+    """
+    Scales a streaming model's predicted variance to the squared errors the stream shows.
+
+    Offline training calibrates a model's variance on validation windows; a continual learner
+    has none, but every sample it predicts before training on it is held out. Over the newest
+    `window` scored samples, scale_j = sum(e_j^2) / sum(var_j) per target: the published
+    variance then has the mean squared error of its own predictions (the Gaussian NLL's
+    optimum for a fixed shape), while its own shape (rising outside the training range, an
+    ac-RKN's decoded variance) is kept. Causal: a prediction is scaled by the errors of the
+    samples before it. Scale 1 before `min_samples` (at most `window`); bounded to [1e-6, 1e6].
+    """
+
+    def __init__(self, n_target: int, window: int = 5000, min_samples: int = 200) -> None:
+        if window < 1 or min_samples < 1:
+            raise ValueError(f'window and min_samples must be >= 1, got {window}, {min_samples}')
+        self._squared_error = np.zeros((window, n_target))
+        self._variance = np.zeros((window, n_target))
+        self._sums = np.zeros((2, n_target))   # running sums of both columns (O(1) update)
+        self._count = 0
+        self._min_samples = min(min_samples, window)
+        self.scale = np.ones(n_target)
+
+    def update(self, error: np.ndarray, variance: np.ndarray) -> None:
+        """Record one scored prediction: its error and the model's own (unscaled) variance."""
+        window = self._variance.shape[0]
+        slot = self._count % window
+        squared = np.square(error)
+        self._sums[0] += squared - self._squared_error[slot]
+        self._sums[1] += variance - self._variance[slot]
+        self._squared_error[slot], self._variance[slot] = squared, variance
+        self._count += 1
+        if slot == window - 1:   # once a window: exact sums, no drift from the updates
+            self._sums = np.stack([self._squared_error.sum(axis=0), self._variance.sum(axis=0)])
+        if self._count >= self._min_samples:
+            self.scale = np.clip(self._sums[0] / np.maximum(self._sums[1], 1e-300), 1e-6, 1e6)
+
+    def apply(self, variance: np.ndarray) -> np.ndarray:
+        """Return the calibrated variance (same units)."""
+        return variance * self.scale
+
+
 class LatencyLog:
     """
     Recent latencies (s) of a streaming node, for p50/p99 in diagnostics.
