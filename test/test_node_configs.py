@@ -14,6 +14,7 @@ from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConf
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.params import (from_values, load_node_config, ros_parameters,
                                             SHARED_PARAMETERS)
+from robot_dynamics_learning.signals.estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
 from robot_dynamics_learning.sim.car_sim_params import CarSimConfig
 
@@ -28,6 +29,7 @@ NODES = [
     ('car_mpc', CarMPCConfig, 'car.yaml', {}),
     ('arm_sim', ArmSimConfig, 'arm_sim.yaml', {}),
     ('car_sim', CarSimConfig, 'car.yaml', {}),
+    ('car_state_estimator', CarStateEstimatorConfig, 'car.yaml', {}),
 ]
 
 

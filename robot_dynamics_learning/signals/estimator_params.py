@@ -41,7 +41,7 @@ class CarStateEstimatorConfig:
                                      'is still filtered); 0 = one per accepted pose', 0.0,
                                      10000.0)
     command_type: str = setting('', f'car command message on `command`: {list(COMMAND_TYPES)}'
-                                ' (empty: no subscription, the yaw rate is the fit\'s)')
+                                ' (empty: no subscription, the yaw rate comes from the fit)')
     throttle_axis: int = setting(1, 'Joy axis of the throttle', 0, 64)
     steering_axis: int = setting(3, 'Joy axis of the steering', 0, 64)
     throttle_scale: float = setting(1.0, 'throttle = throttle_scale * linear.x (or the Joy '
@@ -49,8 +49,8 @@ class CarStateEstimatorConfig:
     steering_scale: float = setting(1.0, 'steering = steering_scale * angular.z (or the Joy '
                                     'axis)')
     command_timeout_s: float = setting(_YAW.command_timeout_s, 'a command older than this at '
-                                       'the pose stamp counts as absent: the fit\'s yaw rate '
-                                       'is published (s)', 0.01, 10.0)
+                                       'the pose stamp counts as absent: the fit answers '
+                                       '(s)', 0.01, 10.0)
     steer_gain: float = setting(_YAW.gain, 'steady yaw rate per speed and unit steering '
                                 '(rad/m): r = vx * (steer_gain * s + steer_cubic * s^3)')
     steer_cubic: float = setting(_YAW.cubic, 'cubic term of that map (rad/m)')
