@@ -6,7 +6,7 @@ import pytest
 from robot_dynamics_learning.signals.estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.signals.mocap import MocapEstimator, MocapEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import (CommandedEstimator, fit_yaw_model,
-                                                        YawModelConfig)
+                                                        YawKalmanFilter, YawModelConfig)
 
 MODEL = YawModelConfig(gain=2.5, cubic=0.0, tau_s=0.05)
 
@@ -131,3 +131,14 @@ def test_node_config_maps_to_the_core_and_refuses_bad_values():
         CarStateEstimatorConfig(yaw_tau_s=0.0)
     with pytest.raises(ValueError, match='min_samples'):
         CarStateEstimatorConfig(order=2, min_samples=2)
+
+
+def test_the_bias_may_move_faster_in_hard_turns_only():
+    def bias_variance(slip_accel, vx, rate):
+        model = dataclasses.replace(MODEL, slip_accel=slip_accel)
+        kf = YawKalmanFilter(model, yaw=0.0, rate=rate)
+        before = kf.P[2, 2]
+        kf.predict(0.01, 0.0, vx)
+        return kf.P[2, 2] - before
+    assert bias_variance(3.0, 0.1, 0.1) == pytest.approx(bias_variance(0.0, 0.1, 0.1), rel=1e-3)
+    assert bias_variance(3.0, 3.0, 2.0) == pytest.approx(5.0 * bias_variance(0.0, 3.0, 2.0))

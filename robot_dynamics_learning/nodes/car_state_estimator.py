@@ -6,14 +6,19 @@ Subscribes `mocap_pose` (`geometry_msgs/PoseStamped`, sensor-data QoS, e.g. rema
 NaN, bad quaternion, zero or backward stamps, stamps more than max_future_stamp_s ahead of the
 node clock: one such pose would otherwise hide every real one after it) and the estimator
 (signals/mocap: out-of-order stamps, jumps beyond max_speed * dt + jump_margin). Accepted poses
-feed causal local polynomial fits of position and yaw (`MocapEstimator`: a straight line
-or a parabola evaluated at the newest stamp, the velocity rotated with the heading of the
-same instant); accepted poses publish (at most publish_rate_hz times a
-second, so that subscribers are not flooded at the mocap rate) `car/pose` (PoseStamped,
-smoothed) and `car/twist` (TwistStamped: linear.x = vx, linear.y = vy in the car frame (m/s),
-angular.z = yaw rate (rad/s)), both with the mocap stamp. Rejections are counted per reason,
-logged and published on /diagnostics (keys parser_<reason> and rejected_<reason>) twice a
-second.
+feed causal local polynomial fits of position and yaw (`MocapEstimator`: a straight line or a
+parabola evaluated at the newest stamp, the velocity rotated with the heading of the same
+instant). With `command_type` set the node also subscribes `command` (Twist, TwistStamped or
+Joy, as car_mpc publishes and car_sim reads them) and the yaw and yaw rate come from a Kalman
+filter whose model the steering command drives (`CommandedEstimator`, signals/yaw_filter.py),
+placed in time by the header stamp (Twist: arrival on the node clock); without a fresh command
+the fit answers. Accepted poses publish (at most publish_rate_hz times a second, so that
+subscribers are not flooded at the mocap rate) `car/pose` (PoseStamped, smoothed) and
+`car/twist` (TwistStamped: linear.x = vx, linear.y = vy in the car frame (m/s), angular.z = yaw
+rate (rad/s)), both with the mocap stamp. Rejections are counted per reason, logged and
+published on /diagnostics (keys parser_<reason>, rejected_<reason>, command_parser_<reason>,
+command_rejected_<reason>; fit_fallback counts poses answered by the fit) twice a second.
+Parameters: `CarStateEstimatorConfig` (signals/estimator_params.py).
 """
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped

@@ -65,6 +65,9 @@ class CarStateEstimatorConfig:
                                      'acceleration ((rad/s^2)^2 s)', 1e-6, 1e6)
     yaw_bias_noise: float = setting(_YAW.bias_noise, 'density of the yaw-rate bias drift '
                                     '(slip, steering offset; (rad/s)^2/s)', 0.0, 1e6)
+    yaw_slip_accel: float = setting(_YAW.slip_accel, 'lateral acceleration vx * r at which '
+                                    'the bias noise doubles; it grows with its square (m/s^2;'
+                                    ' 0: constant)', 0.0, 100.0)
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""
@@ -88,4 +91,4 @@ class CarStateEstimatorConfig:
             gain=self.steer_gain, cubic=self.steer_cubic, tau_s=self.yaw_tau_s,
             delay_s=self.command_delay_s, yaw_noise=self.yaw_noise,
             accel_noise=self.yaw_accel_noise, bias_noise=self.yaw_bias_noise,
-            command_timeout_s=self.command_timeout_s)
+            slip_accel=self.yaw_slip_accel, command_timeout_s=self.command_timeout_s)

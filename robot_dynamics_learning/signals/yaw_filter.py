@@ -5,9 +5,9 @@ A polynomial fit of the yaw alone must trade noise against lag (docs/results_car
 8). Here the steering command predicts the yaw rate: a kinematic bicycle with a first-order
 lag, r' = (vx * (gain * s + cubic * s^3) + b - r) / tau, where s is the steering command
 `delay_s` before the instant, vx the fitted forward speed and b a slowly drifting bias that
-absorbs slip, understeer and a steering offset. States [yaw, r, b]; the mocap yaw is the measurement.
-`CommandedEstimator` runs it beside `MocapEstimator` (positions, vx, vy) and falls back to
-that fit's yaw rate whenever no fresh command is held. `fit_yaw_model` identifies the
+absorbs slip, understeer and a steering offset. States [yaw, r, b]; the mocap yaw is the
+measurement. `CommandedEstimator` runs it beside `MocapEstimator` (positions, vx, vy) and
+falls back to that fit's yaw rate whenever no fresh command is held. `fit_yaw_model` identifies the
 model's constants from recordings with commands.
 """
 from dataclasses import dataclass, field, replace
@@ -16,10 +16,9 @@ import math
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy.signal import lfilter
-
 from robot_dynamics_learning.signals.mocap import (CarStateEstimate, MocapEstimator,
                                                    MocapEstimatorConfig, offline_body_states)
+from scipy.signal import lfilter
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,9 @@ class YawModelConfig:
     drives the prediction at t); yaw_noise: std of the mocap yaw as the filter sees it (only
     its ratio to the process noises matters); accel_noise, bias_noise: white-noise densities
     ((rad/s^2)^2 s, (rad/s)^2/s) of the unmodelled yaw acceleration and of the bias drift;
+    slip_accel: lateral acceleration vx * r (m/s^2) at which the bias noise doubles, growing
+    with its square (tyres slide more in hard turns, so the model's steady rate is worth
+    less; 0: constant bias noise);
     command_timeout_s: a command older than this (at the pose stamp) counts as absent.
     Defaults: gain, cubic, tau_s and delay_s fitted on all 17 DART Vicon recordings, the
     noises chosen on them (docs/results_car.md section 8).
@@ -45,6 +47,7 @@ class YawModelConfig:
     yaw_noise: float = 0.01
     accel_noise: float = 8.0
     bias_noise: float = 2.0
+    slip_accel: float = 3.0
     command_timeout_s: float = 0.5
 
     def __post_init__(self) -> None:
@@ -52,7 +55,7 @@ class YawModelConfig:
         for name in ('tau_s', 'yaw_noise', 'accel_noise', 'command_timeout_s'):
             if not getattr(self, name) > 0:
                 raise ValueError(f'{name} must be positive, got {getattr(self, name)}')
-        for name in ('delay_s', 'bias_noise'):
+        for name in ('delay_s', 'bias_noise', 'slip_accel'):
             if not getattr(self, name) >= 0:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
         if not (math.isfinite(self.gain) and math.isfinite(self.cubic)):
@@ -105,9 +108,12 @@ class YawKalmanFilter:
         # Start: the fit's yaw and rate, uncertain by about their fit noise; bias unknown.
         self.P = np.diag([model.yaw_noise ** 2, 0.25, 0.25])
 
-    def predict(self, dt: float, steady_rate: float) -> None:
-        """Advance by dt (s) with the model's steady yaw rate held over the step."""
+    def predict(self, dt: float, steady_rate: float, vx: float) -> None:
+        """Advance by dt (s) with the model's steady yaw rate held over the step, at speed vx."""
         m = self.model
+        bias_noise = m.bias_noise
+        if m.slip_accel > 0:
+            bias_noise *= 1.0 + (vx * self.x[1] / m.slip_accel) ** 2
         a = math.exp(-dt / m.tau_s)
         h = m.tau_s * (1.0 - a)
         F = np.array([[1.0, h, dt - h], [0.0, a, 1.0 - a], [0.0, 0.0, 1.0]])
@@ -115,7 +121,7 @@ class YawKalmanFilter:
         q = m.accel_noise
         Q = np.array([[q * dt ** 3 / 3.0, q * dt ** 2 / 2.0, 0.0],
                       [q * dt ** 2 / 2.0, q * dt, 0.0],
-                      [0.0, 0.0, m.bias_noise * dt]])
+                      [0.0, 0.0, bias_noise * dt]])
         self.P = F @ self.P @ F.T + Q
 
     def correct(self, yaw: float) -> None:
@@ -215,7 +221,7 @@ class CommandedEstimator:
                                     self.model.command_timeout_s)
             vx = float(previous.state[3]) if previous is not None else 0.0
             rate = 0.0 if held is None else self.model.steady_rate(vx, held)
-            self._filter.predict(stamp - self._filter_stamp, rate)
+            self._filter.predict(stamp - self._filter_stamp, rate, vx)
         self._filter.correct(measured)
         self._filter_stamp = stamp
         state = fitted.state.copy()
@@ -232,8 +238,9 @@ def fit_yaw_model(drives: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]],
     """
     Identify the model from recordings (time (T,), poses (T, 3), steering (T,)).
 
-    For every (tau, delay) of the grids the model's yaw rate is linear in (gain, cubic): least squares against the zero-phase yaw rate over
-    all drives; the grid point with the least residual wins. The noise settings are taken from `base`.
+    For every (tau, delay) of the grids the model's yaw rate is linear in (gain, cubic): least
+    squares against the zero-phase yaw rate over all drives; the grid point with the least
+    residual wins. The noise settings are taken from `base`.
     """
     pieces = []
     for time, poses, steering in drives:
