@@ -37,7 +37,7 @@ class YawModelConfig:
     less; 0: constant bias noise);
     command_timeout_s: a command older than this (at the pose stamp) counts as absent.
     Defaults: gain, cubic, tau_s and delay_s fitted on all 17 DART Vicon recordings, the
-    noises chosen on them (docs/results_car.md section 8).
+    noises chosen on 6 of them (docs/results_car.md section 8).
     """
 
     gain: float = 2.30
@@ -92,11 +92,6 @@ class CommandHistory:
         if index < 0 or t - self._stamps[index] > timeout_s:
             return None
         return self._steering[index]
-
-    def clear(self) -> None:
-        """Forget every command."""
-        self._stamps.clear()
-        self._steering.clear()
 
 
 class YawKalmanFilter:
