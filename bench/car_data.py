@@ -4,7 +4,13 @@ A user's own car data, measured on the DART recordings replayed from rosbag2 fol
 1. estimator: every DART Vicon file written to a bag (PoseStamped + Joy), its poses read back
    and streamed through `MocapEstimator` (the node's core) at several settings; RMSE at zero
    lag against the zero-phase Savitzky-Golay reference (cubic, 0.2 s; and 0.1 s), and the
-   delay that would minimise it.
+   delay that would minimise it. Then the command-driven yaw filter (signals/yaw_filter.py,
+   the node with `command_type` set) on the same poses and their Joy commands, honestly: the
+   files split in two folds (alternate files in sorted order); per fold the yaw model is
+   fitted (`fit_yaw_model`) and its two noises chosen from a small grid on one fold and
+   measured on the other; errors pooled over both folds' held-out files, per file too,
+   against the fit (order 2, 0.12 s) in the same run. The shipped defaults (fitted on all
+   files) are measured as well (in-sample).
 2. training: the DART file split as bags (15 train, 2 test files), both models trained to
    convergence (`rdl car train --source bag`) against the fixed recipes of
    docs/results_car.md section 1, in the same run; the same at 20 Hz (every fifth pose) and
@@ -13,6 +19,7 @@ A user's own car data, measured on the DART recordings replayed from rosbag2 fol
    default with the DART MLP).
 Writes bench/results/car_data.json. `python -m bench.car_data estimator` runs only part 1.
 """
+import dataclasses
 import json
 from pathlib import Path
 import sys
@@ -29,8 +36,10 @@ from robot_dynamics_learning.data.messages import JOY
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.signals.estimator_check import (estimator_errors,
                                                              reference_states,
+                                                             stream_commanded,
                                                              stream_estimates)
 from robot_dynamics_learning.signals.mocap import MocapEstimator, MocapEstimatorConfig
+from robot_dynamics_learning.signals.yaw_filter import fit_yaw_model
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +54,10 @@ ESTIMATORS = {
     'order 2, 0.12 s, yaw 0.2 s': MocapEstimatorConfig(yaw_window_s=0.2),
 }
 BEFORE = 'order 1, 0.08 s, rotated with the newest yaw (before)'
+# (accel_noise, bias_noise, slip_accel) candidates of the yaw filter, chosen per fold on its
+# fit files.
+NOISES = ((4.0, 2.0, 3.0), (8.0, 2.0, 3.0), (16.0, 2.0, 3.0), (8.0, 0.5, 3.0), (8.0, 8.0, 3.0),
+          (8.0, 2.0, 0.0))
 
 
 class NewestYawRotation(MocapEstimator):
@@ -78,7 +91,67 @@ def write_bags(drives: List[Trajectory], folder: Path) -> List[Path]:
     return paths
 
 
-def estimator_results(bags: List[Path]) -> Dict[str, object]:
+def pooled_errors(drives: List[Trajectory], estimates: List[np.ndarray],
+                  references: List[np.ndarray]) -> Dict[str, Dict[str, float]]:
+    """RMSE and best delay over the samples of several drives (time made disjoint)."""
+    time_all = np.concatenate([d.time + 1e4 * k for k, d in enumerate(drives)])
+    return estimator_errors(time_all, np.concatenate(estimates), np.concatenate(references))
+
+
+def command_filter_results(drives: List[Trajectory], names: List[str],
+                           references: List[np.ndarray]) -> Dict[str, object]:
+    """Part 1b: the command-driven yaw filter, 2-fold cross-validated, vs the fit."""
+    order = np.argsort(names)
+    folds = [sorted(order[0::2].tolist()), sorted(order[1::2].tolist())]
+    held_out: Dict[int, np.ndarray] = {}
+    out: Dict[str, object] = {'folds': [[names[i] for i in fold] for fold in folds]}
+    for k, (fit, test) in enumerate([(folds[0], folds[1]), (folds[1], folds[0])]):
+        model = fit_yaw_model([(drives[i].time, drives[i].observations,
+                                drives[i].actions[:, 1]) for i in fit])
+        scores = {}
+        for accel, bias, slip in NOISES:
+            candidate = dataclasses.replace(model, accel_noise=accel, bias_noise=bias,
+                                            slip_accel=slip)
+            estimates = [stream_commanded(drives[i].time, drives[i].observations,
+                                          drives[i].actions, model=candidate)[0] for i in fit]
+            scores[(accel, bias, slip)] = pooled_errors(
+                [drives[i] for i in fit], estimates, [references[i] for i in fit])['r']['rmse']
+        accel, bias, slip = min(scores, key=scores.get)
+        model = dataclasses.replace(model, accel_noise=accel, bias_noise=bias, slip_accel=slip)
+        out[f'fold_{k}_model'] = dataclasses.asdict(model)
+        out[f'fold_{k}_noise_scores_on_fit_files'] = {'/'.join(f'{x:g}' for x in key): v
+                                                      for key, v in scores.items()}
+        print('fold', k, model, flush=True)
+        for i in test:
+            held_out[i] = stream_commanded(drives[i].time, drives[i].observations,
+                                           drives[i].actions, model=model)[0]
+    index = sorted(held_out)
+    fitted = {i: stream_estimates(drives[i].time, drives[i].observations)[0] for i in index}
+    shipped = {i: stream_commanded(drives[i].time, drives[i].observations,
+                                   drives[i].actions)[0] for i in index}
+    without = {i: stream_commanded(drives[i].time, drives[i].observations, None)[0]
+               for i in index}
+    subset = [drives[i] for i in index]
+    refs = [references[i] for i in index]
+    out['pooled'] = {
+        'fit (order 2, 0.12 s)': pooled_errors(subset, [fitted[i] for i in index], refs),
+        'yaw filter, cross-validated': pooled_errors(subset, [held_out[i] for i in index],
+                                                     refs),
+        'yaw filter, shipped defaults (in-sample)': pooled_errors(
+            subset, [shipped[i] for i in index], refs),
+        'yaw filter without commands (fit fallback)': pooled_errors(
+            subset, [without[i] for i in index], refs)}
+    out['per_file'] = {names[i]: {
+        'poses': len(drives[i]),
+        'fit': estimator_errors(drives[i].time, fitted[i], references[i]),
+        'yaw filter, cross-validated': estimator_errors(drives[i].time, held_out[i],
+                                                        references[i])} for i in index}
+    for name, errors in out['pooled'].items():
+        print(name, {k: round(v['rmse'], 4) for k, v in errors.items()}, flush=True)
+    return out
+
+
+def estimator_results(bags: List[Path], names: List[str]) -> Dict[str, object]:
     """Part 1: every estimator setting on every bag's poses, errors pooled over samples."""
     drives = [bag_io.read_car_trajectory(path) for path in bags]
     out: Dict[str, object] = {'files': len(drives),
@@ -92,12 +165,12 @@ def estimator_results(bags: List[Path]) -> Dict[str, object]:
         for name, (config, kind) in runs.items():
             pooled = [stream_estimates(d.time, d.observations, config, kind)[0]
                       for d in drives]
-            time_all = np.concatenate([d.time + 1e4 * k for k, d in enumerate(drives)])
-            table[name] = estimator_errors(time_all, np.concatenate(pooled),
-                                           np.concatenate(references))
+            table[name] = pooled_errors(drives, pooled, references)
             print(window, name, {k: round(v['rmse'], 4) for k, v in table[name].items()},
                   flush=True)
         out[f'reference_{window:g}s'] = table
+        if window == 0.2:
+            out['command_yaw_filter'] = command_filter_results(drives, names, references)
     return out
 
 
@@ -168,7 +241,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         bags = write_bags(train_drives + test_drives, folder / 'all')
-        result['estimator'] = estimator_results(bags)
+        names = [f.name for f in files if f.name not in DART_TEST_FILES] + \
+            [f.name for f in files if f.name in DART_TEST_FILES]
+        result['estimator'] = estimator_results(bags, names)
         if sys.argv[1:2] != ['estimator']:
             result['training'] = training_results(folder, train_drives, test_drives)
     result['threads'] = 1

@@ -17,6 +17,7 @@ from robot_dynamics_learning.learning.replay_evaluator_params import ReplayEvalu
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.params import (from_values, load_node_config, ros_parameters,
                                             SHARED_PARAMETERS)
+from robot_dynamics_learning.signals.estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
 from robot_dynamics_learning.sim.car_sim_params import CarSimConfig
 from robot_dynamics_learning.sim.mujoco_arm_params import MujocoArmNodeConfig
@@ -34,6 +35,7 @@ NODES = [
     ('car_sim', CarSimConfig, 'car.yaml', {}),
     ('mujoco_arm', MujocoArmNodeConfig, 'arm_control.yaml', {}),
     ('arm_controller', ArmControllerNodeConfig, 'arm_control.yaml', {}),
+    ('car_state_estimator', CarStateEstimatorConfig, 'car.yaml', {}),
 ]
 # Nodes without a YAML file of their own: the launch files set what they need.
 NODES_WITHOUT_YAML = [('bag_player', BagPlayerConfig), ('replay_evaluator',

@@ -6,11 +6,12 @@ same poses, which sees the future and has no delay; it is computed per gap-free 
 read at the pose stamps. Errors are taken at zero lag (what a controller gets), and the lag
 that would minimise them is reported too (the estimator's effective delay).
 """
-from typing import Dict, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import numpy as np
 from robot_dynamics_learning.signals.mocap import (MocapEstimator, MocapEstimatorConfig,
                                                    offline_body_states)
+from robot_dynamics_learning.signals.yaw_filter import CommandedEstimator, YawModelConfig
 
 CHANNELS = ('vx', 'vy', 'r')
 # Reference: cubic Savitzky-Golay over 0.2 s. Its own noise on DART Vicon data is about
@@ -37,6 +38,28 @@ def stream_estimates(time: np.ndarray, poses: np.ndarray,
             if estimate is not None:
                 out[i] = estimate.state
     return out, dict(estimator.counters)
+
+
+def stream_commanded(time: np.ndarray, poses: np.ndarray, actions: Optional[np.ndarray],
+                     config: MocapEstimatorConfig = MocapEstimatorConfig(),
+                     model: YawModelConfig = YawModelConfig()
+                     ) -> Tuple[np.ndarray, Dict[str, int]]:
+    """
+    As `stream_estimates` for `CommandedEstimator`, each pose after its command.
+
+    actions: (T, 2) [throttle, steering] stamped with the poses (a bag's commands held on
+    receive time), or None: no commands (the estimator falls back to the fit).
+    """
+    estimator = CommandedEstimator(config, model)
+    out = np.full((len(time), 6), np.nan)
+    for i in range(len(time)):
+        if actions is not None:
+            estimator.update_command(float(time[i]), *actions[i])
+        if estimator.update(float(time[i]), *poses[i]) is None:
+            estimate = estimator.estimate()
+            if estimate is not None:
+                out[i] = estimate.state
+    return out, estimator.counters
 
 
 def reference_states(time: np.ndarray, poses: np.ndarray, max_gap_s: float,

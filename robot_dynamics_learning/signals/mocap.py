@@ -159,6 +159,13 @@ class MocapEstimator:
             return None
         return float(self._time[(self._head - 1) % self.config.capacity])
 
+    @property
+    def last_yaw(self) -> Optional[float]:
+        """Yaw (rad) of the newest accepted pose, unwrapped to the ones before it."""
+        if self._count == 0:
+            return None
+        return float(self._pose[(self._head - 1) % self.config.capacity, 2])
+
     def update(self, stamp: float, x: float, y: float, yaw: float) -> Optional[str]:
         """
         Offer one pose (stamp in s, position in m, yaw in rad, any wrapping).
