@@ -117,3 +117,16 @@ class Arrivals:
         """Return (time, value) of the messages that arrived after `start` (monotonic s)."""
         with self._lock:
             return [item for item in self._items if item[0] > start]
+
+
+def watch_diagnostics(node: Node, node_name: str) -> Dict[str, str]:
+    """Subscribe /diagnostics; return a dict kept at the latest key/values of `node_name`."""
+    from diagnostic_msgs.msg import DiagnosticArray
+    latest: Dict[str, str] = {}
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.endswith(node_name):
+                latest.update({kv.key: kv.value for kv in status.values})
+    node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
+    return latest

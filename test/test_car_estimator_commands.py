@@ -2,12 +2,11 @@
 import math
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, TwistStamped
 import pytest
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
-from ros_util import start_node, stop_node, TestNode, wait_for
+from ros_util import start_node, stop_node, TestNode, wait_for, watch_diagnostics
 
 pytestmark = pytest.mark.ros
 
@@ -18,15 +17,10 @@ def test_estimator_uses_stamped_commands_and_rejects_bad_ones_over_dds(tmp_path)
                          log_path=log)
     try:
         with TestNode('estimator_command_probe') as probe:
-            twists, counters = [], {}
-
-            def on_diag(msg: DiagnosticArray) -> None:
-                for status in msg.status:
-                    if status.name.endswith('car_state_estimator'):
-                        counters.update({kv.key: kv.value for kv in status.values})
+            twists = []
+            counters = watch_diagnostics(probe.node, 'car_state_estimator')
             probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
                                            qos_profile_sensor_data)
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
             poses = probe.node.create_publisher(PoseStamped, 'mocap_pose',
                                                 qos_profile_sensor_data)
             commands = probe.node.create_publisher(TwistStamped, 'command', 10)

@@ -9,7 +9,6 @@ import math
 from pathlib import Path
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
 import pytest
@@ -19,7 +18,8 @@ from robot_dynamics_learning.control.car_training import (build_car_model, load_
                                                           save_car_model)
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
-from ros_util import Arrivals, ROOT, start_node, stop_node, TestNode, wait_for
+from ros_util import (Arrivals, ROOT, start_node, stop_node, TestNode, wait_for,
+                      watch_diagnostics)
 
 pytestmark = pytest.mark.ros
 OVAL = str(ROOT / 'config' / 'tracks' / 'oval.yaml')
@@ -32,26 +32,14 @@ def bicycle_checkpoint(tmp_path_factory):
     return str(save_car_model(path, build_car_model('car_bicycle'), {}))
 
 
-def diagnostics_of(node_name):
-    """Subscription callback store: latest key/values of one node's diagnostics."""
-    latest = {}
-
-    def callback(msg: DiagnosticArray) -> None:
-        for status in msg.status:
-            if status.name.endswith(node_name):
-                latest.update({kv.key: kv.value for kv in status.values})
-    return latest, callback
-
-
 def test_estimator_smooths_and_rejects_bad_poses_over_dds(tmp_path):
     process = start_node('car_state_estimator', log_path=tmp_path / 'estimator.log')
     try:
         with TestNode('estimator_probe') as probe:
             twists = []
-            counters, on_diag = diagnostics_of('car_state_estimator')
+            counters = watch_diagnostics(probe.node, 'car_state_estimator')
             probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
                                            qos_profile_sensor_data)
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
             publisher = probe.node.create_publisher(PoseStamped, 'mocap_pose',
                                                     qos_profile_sensor_data)
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
@@ -158,8 +146,7 @@ def test_mpc_stays_braked_on_late_stale_and_out_of_order_states(tmp_path, bicycl
     try:
         with TestNode('mpc_late_probe') as probe:
             commands = Arrivals(probe.node, Twist, 'command', lambda msg: msg.linear.x)
-            counters, on_diag = diagnostics_of('car_mpc')
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
+            counters = watch_diagnostics(probe.node, 'car_mpc')
             pub_pose, pub_twist = state_publishers(probe.node)
             assert wait_for(lambda: len(commands) > 0 and 'commands' in counters, 60.0), \
                 (tmp_path / 'mpc.log').read_text()
@@ -246,8 +233,7 @@ def run_closed_loop(tmp_path, seconds, mpc_params, record=None, mocap_rate_hz=24
     try:
         with TestNode('closed_loop_probe') as probe:
             commands, counters = [], None
-            counters, on_diag = diagnostics_of('car_mpc')
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
+            counters = watch_diagnostics(probe.node, 'car_mpc')
             probe.node.create_subscription(
                 PoseStamped, 'car_sim/true_pose',
                 lambda m: poses.append((time.monotonic(), m.pose.position.x,

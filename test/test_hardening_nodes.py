@@ -6,7 +6,6 @@ car_mpc's clock, the estimator's future stamps, the learner's bad checkpoints an
 import math
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
 import pytest
@@ -18,7 +17,8 @@ from robot_dynamics_learning.control.car_training import build_car_model, save_c
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, tensor_checksum
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg
-from ros_util import Arrivals, ROOT, start_node, stop_node, TestNode, wait_for
+from ros_util import (Arrivals, ROOT, start_node, stop_node, TestNode, wait_for,
+                      watch_diagnostics)
 import torch
 
 pytestmark = pytest.mark.ros
@@ -63,15 +63,9 @@ def test_f04_estimator_is_not_blinded_by_one_future_pose(tmp_path):
     try:
         with TestNode('estimator_future_probe') as probe:
             twists = []
-            counters = {}
-
-            def on_diag(msg: DiagnosticArray) -> None:
-                for status in msg.status:
-                    if status.name.endswith('car_state_estimator'):
-                        counters.update({kv.key: kv.value for kv in status.values})
+            counters = watch_diagnostics(probe.node, 'car_state_estimator')
             probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
                                            qos_profile_sensor_data)
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
             publisher = probe.node.create_publisher(PoseStamped, 'mocap_pose',
                                                     qos_profile_sensor_data)
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
@@ -202,13 +196,7 @@ def test_mpc_refuses_garbage_poses_by_reason(tmp_path):
                                             'iterations': 1, 'candidates': 32}, log_path=log)
     try:
         with TestNode('mpc_pose_probe') as probe:
-            counters = {}
-
-            def on_diag(msg: DiagnosticArray) -> None:
-                for status in msg.status:
-                    if status.name.endswith('car_mpc'):
-                        counters.update({kv.key: kv.value for kv in status.values})
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
+            counters = watch_diagnostics(probe.node, 'car_mpc')
             pub_pose = probe.node.create_publisher(PoseStamped, 'car/pose',
                                                    qos_profile_sensor_data)
             assert wait_for(lambda: pub_pose.get_subscription_count() > 0
