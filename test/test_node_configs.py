@@ -8,6 +8,7 @@ from rclpy.context import Context
 from rclpy.node import Node
 from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.learning import replay
+from robot_dynamics_learning.learning.car_adaptation_params import CarModelLearnerConfig
 from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
                                                              model_config_class,
                                                              TorquePredictorConfig)
@@ -28,6 +29,7 @@ NODES = [
     ('car_mpc', CarMPCConfig, 'car.yaml', {}),
     ('arm_sim', ArmSimConfig, 'arm_sim.yaml', {}),
     ('car_sim', CarSimConfig, 'car.yaml', {}),
+    ('car_model_learner', CarModelLearnerConfig, 'car.yaml', {}),
 ]
 
 
