@@ -52,6 +52,7 @@ NODE_CONFIGS = {
     'car_mpc': 'control.car_mpc_params.CarMPCConfig',
     'arm_sim': 'sim.arm_sim_params.ArmSimConfig',
     'car_sim': 'sim.car_sim_params.CarSimConfig',
+    'car_model_learner': 'learning.car_adaptation_params.CarModelLearnerConfig',
 }
 
 

@@ -8,6 +8,7 @@ from robot_dynamics_learning.learning.car_adaptation import (CarAdaptation, CarA
                                                              CarTransitions,
                                                              weights_swapper,
                                                              window_rollout_loss)
+from robot_dynamics_learning.learning.car_adaptation_params import CarModelLearnerConfig
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.sim.car import CarParams, FrictionChange, simulate
 import torch
@@ -231,3 +232,16 @@ def test_rollout_adaptation_trains_on_unbroken_windows_and_lowers_the_rollout_er
     adaptation.trainer.train_step(new._replace(observations=torch.full((64, k, 6), math.nan)))
     assert adaptation.trainer.rejected_steps == 1
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_the_node_config_refuses_bad_values_and_maps_the_learning_settings():
+    config = CarModelLearnerConfig(rollout_steps=10, smooth_s=0.1, learning_rate=1e-3)
+    assert config.adaptation() == CarAdaptationConfig(rollout_steps=10, smooth_s=0.1,
+                                                      learning_rate=1e-3)
+    assert CarModelLearnerConfig().adaptation() == CarAdaptationConfig()   # one set of defaults
+    with pytest.raises(ValueError, match='command_type must be one of'):
+        CarModelLearnerConfig(command_type='ackermann')
+    with pytest.raises(ValueError, match='smooth_s must be in'):
+        CarModelLearnerConfig(smooth_s=1.0)
+    with pytest.raises(ValueError, match='rollout_steps must be in'):
+        CarModelLearnerConfig(rollout_steps=50, recent_capacity=20)
