@@ -285,9 +285,9 @@ def _head(trajectory: Trajectory, share: float, tail: bool = False) -> Trajector
 def _transitions(data, start: float) -> Tuple[List[tuple], float]:
     """Return (stamp, state, command, next state) of every transition, drive after drive.
 
-    The stamps step by h within a drive and jump by a second between drives, so that no
-    rollout window joins two drives (the buffer breaks windows at gaps); also returns the
-    stamp after the last one.
+    The stamps step by h within a drive and jump by a second between drives (where
+    `fine_tune` starts a new buffer segment: no rollout window joins two drives); also
+    returns the stamp after the last one.
     """
     rows, stamp = [], start
     for a, b in data.segments:
@@ -311,7 +311,11 @@ def fine_tune(model: CarModel, old, fit, learning_rate: float, seed: int = 0,
     config = dataclasses.replace(config, learning_rate=learning_rate,
                                  min_transitions=len(before), recent_capacity=len(after))
     adaptation = CarAdaptation(model, config, np.random.default_rng(seed))
+    last = -math.inf
     for n, row in enumerate(tqdm(before + after, desc='fine-tune', mininterval=2.0)):
+        if row[0] - last > 1.5 * fit.h:
+            adaptation.buffer.reset()   # a new drive: no rollout window across the gap
+        last = row[0]
         adaptation.buffer.append(*row)
         if n >= len(before):
             adaptation.train_pending()

@@ -53,8 +53,8 @@ def test_a_held_command_gives_one_transition_per_step_not_per_message():
         done += builder.add_state(t, state_at(t))
         builder.add_command(t, (0.3, 0.5))
     starts = np.array([step.stamp for step in done])
-    assert len(done) == pytest.approx(2.0 / 0.06, abs=2)   # every 3rd message: >= h apart
-    assert np.all(np.diff(starts) >= H - 1e-9)
+    assert len(done) == pytest.approx(2.0 / H, abs=2)   # one per h, not one per message
+    assert np.allclose(np.diff(starts), H)   # held: the steps chain (rollout windows)
 
 
 def test_a_command_opens_its_step_after_the_estimator_lag():
@@ -217,7 +217,13 @@ def test_rollout_adaptation_trains_on_unbroken_windows_and_lowers_the_rollout_er
     drive(adaptation, params, 5.0)
     drive(adaptation, params, 5.0, start=5.5)   # a 0.5 s gap between the two drives
     buffer = adaptation.buffer   # k - 1 starts fewer per drive; ring and reservoir alike
-    assert buffer.breaks == 1 and buffer.valid_windows() == 2 * (buffer.total - 2 * (k - 1))
+    assert buffer.breaks == 2 and buffer.valid_windows() == 2 * (buffer.total - 2 * (k - 1))
+    late = CarAdaptation(build_car_model('car_bicycle'), config, np.random.default_rng(0))
+    for n in range(30):   # a new command every h, but one stamped 0.02 s late (jitter)
+        t = n * H + (0.02 if n == 15 else 0.0)
+        late.add_command(t, (0.3, 0.01 * n))
+        late.add_state(t, state_at(t))
+    assert late.buffer.breaks == 3   # the first; at the late one; at the next, on time again
     assert adaptation.buffer.sample(4).actions.shape == (4, k, 2)
     adaptation.train_pending()
     slippery = FrictionChange(0.0, 0.5).params_at(params, 1.0)

@@ -5,32 +5,33 @@ Two parts, both ROS-free (nodes/car_model_learner.py is their thin wrapper):
 
 - `CarTransitions` turns header-stamped states and commands into model-step transitions
   (o_t, u_t, o_{t+h}) on the stamps' time axis, never on a wall-clock timer: a transition
-  starts at a command's stamp plus `command_delay_s` (a new command value, or the same one
-  held for h), its start and end states are interpolated linearly between the received
-  states at t and t + h (yaw unwrapped). command_delay_s is the time from a command's stamp
-  until the states show its effect: a causal estimator's lag (car_state_estimator: about
-  window_s / 2) plus the actuation delay. Without it a step would mostly show the previous
-  command (a 40 ms lag is 80 % of a 50 ms step) and fine-tuning would teach the model that.
-  Dropped and counted: non-finite inputs, states or commands not newer than the last, a
-  bracket of states further apart than max_gap_s, a command replaced by a different one
-  before h / 2 (the transition would mostly show another command). A state
-  stamped more than 1 s before the last is a time reset (a looping bag): everything pending
-  is forgotten. Memory is bounded (the newest `STATE_HISTORY` states, `PENDING` open
-  transitions). With `smooth_s` > 0 the start and end states are not interpolated but read
-  from a centred (zero-phase) quadratic fit over the states within +-smooth_s of the stamp:
-  a fixed-lag smoother, so a transition completes smooth_s later and its states carry less
-  of the estimator's noise.
+  starts at a command's stamp plus `command_delay_s` (a new command value; the same one held
+  opens the next step h after the last, so that held steps chain), its start and end states
+  are interpolated linearly between the received states at t and t + h (yaw unwrapped).
+  command_delay_s is the time from a command's stamp until the states show its effect: a
+  causal estimator's lag (car_state_estimator: about window_s / 2) plus the actuation delay.
+  Without it a step would mostly show the previous command (a 40 ms lag is 80 % of a 50 ms
+  step) and fine-tuning would teach the model that. Dropped and counted: non-finite inputs,
+  states or commands not newer than the last, a bracket of states further apart than
+  max_gap_s, a command replaced by a different one before h / 2 (the transition would mostly
+  show another command). A state stamped more than 1 s before the last is a time reset (a
+  looping bag): everything pending is forgotten. Memory is bounded (the newest
+  `STATE_HISTORY` states, `PENDING` open transitions). With `smooth_s` > 0 the start and end
+  states are not interpolated but read from a centred (zero-phase) quadratic fit over the
+  states within +-smooth_s of the stamp: a fixed-lag smoother, so a transition completes
+  smooth_s later and its states carry less of the estimator's noise.
 - `CarAdaptation` feeds them to `learning.continual.ContinualTrainer` (bounded streaming
   buffer of recent transitions plus a reservoir of older ones; NaN refusal, gradient
   clipping, a budget of updates per transition, atomic checkpoints through `save`), which
-  owns the training copy of the model and publishes immutable copies: the MPC swaps those
-  in (car_mpc: the newest checkpoint file in checkpoint_dir; bench/car_adaptation.py:
+  owns the training copy of the model and publishes immutable copies: the MPC swaps those in
+  (car_mpc: the newest checkpoint file in checkpoint_dir; bench/car_adaptation.py:
   `published()` directly). With `rollout_steps` k > 1 the loss is open loop
-  (`window_rollout_loss`): windows of k consecutive transitions (a gap in the stamps breaks
-  them) are rolled out from their first state with their k commands, the loss of
+  (`window_rollout_loss`): windows of k consecutive transitions (a transition that does not
+  start h +- `CHAIN_TOLERANCE` x h after the one before begins a new window) are rolled out
+  from their first state with their k commands, the loss of
   `control/car_training.rollout_loss` (relative L1 of the velocities along the window plus
-  position_weight x the mean position error), as `control/refine.py` fine-tunes offline:
-  the MPC plans 20 steps with the model, and a one-step loss does not weigh how errors add up.
+  position_weight x the mean position error), as `control/refine.py` fine-tunes offline: the
+  MPC plans 20 steps with the model, and a one-step loss does not weigh how errors add up.
 """
 import bisect
 from dataclasses import dataclass
@@ -50,7 +51,9 @@ STATE_HISTORY = 512   # newest states kept for interpolation (2 s at 240 Hz)
 PENDING = 64          # open transitions waiting for their end state
 TIME_RESET_S = 1.0    # a state this much older than the last one restarts the stream
 MAX_SMOOTH_S = 0.5    # widest half window of the fixed-lag smoother (inside STATE_HISTORY)
-WINDOW_GAP = 1.5      # transitions further apart than this x h do not share a rollout window
+# A transition that does not start h +- CHAIN_TOLERANCE x h after the one before begins a
+# new rollout window (stamp jitter, a gap).
+CHAIN_TOLERANCE = 0.25
 
 
 class Transition(NamedTuple):
@@ -111,11 +114,14 @@ class CarTransitions:
                 entry[2] = min(entry[2], stamp)
         self._command = (stamp, command)
         if changed or stamp - self._opened >= self.h - 1e-9:
+            start = stamp
+            if not changed and stamp - self._opened < 2 * self.h:
+                start = self._opened + self.h   # held since: the steps chain exactly h apart
             if len(self._pending) >= PENDING:
                 self._pending.pop(0)
                 self.counts['dropped_overflow'] += 1
-            self._pending.append([stamp, command, math.inf])
-            self._opened = stamp
+            self._pending.append([start, command, math.inf])
+            self._opened = start
 
     def add_state(self, stamp: float, state: Sequence[float]) -> List[Transition]:
         """Take a (6,) state [x, y, yaw, vx, vy, r] at `stamp` (s); return completed steps."""
@@ -246,10 +252,10 @@ class CarAdaptationConfig:
                              max_cpu_share=self.train_cpu_share)
 
     def buffer(self) -> BufferConfig:
-        """Return the buffer's settings: windows of rollout_steps, broken at stamp gaps."""
+        """Return the buffer's settings: windows of rollout_steps (CarAdaptation breaks them)."""
         return BufferConfig(window=self.rollout_steps, recent_capacity=self.recent_capacity,
                             reservoir_windows=self.reservoir_transitions, reservoir_stride=1,
-                            recent_fraction=self.recent_fraction, gap_factor=WINDOW_GAP)
+                            recent_fraction=self.recent_fraction, gap_factor=1e6)
 
 
 def window_rollout_loss(model: CarModel, batch: SequenceBatch,
@@ -288,6 +294,7 @@ class CarAdaptation:
         self.transitions = CarTransitions(config.h, config.max_gap_s, config.command_delay_s,
                                           config.smooth_s)
         self.buffer = StreamingBuffer(6, 2, 6, config.buffer(), rng)
+        self._last_start = -math.inf   # stamp of the newest buffered transition
         loss = None
         if config.rollout_steps > 1:
             loss = functools.partial(window_rollout_loss, position_weight=config.position_weight)
@@ -302,6 +309,10 @@ class CarAdaptation:
         """Take a state stamped `stamp` (s); return the transitions it completed."""
         done = self.transitions.add_state(stamp, state)
         for step in done:
+            h = self.config.h
+            if abs(step.stamp - self._last_start - h) > CHAIN_TOLERANCE * h:
+                self.buffer.reset()   # a window would take these transitions as h apart
+            self._last_start = step.stamp
             self.buffer.append(step.stamp, step.state, step.command, step.next_state)
         return len(done)
 
