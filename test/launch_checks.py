@@ -52,24 +52,21 @@ NODE_CONFIGS = {
     'car_mpc': 'control.car_mpc_params.CarMPCConfig',
     'arm_sim': 'sim.arm_sim_params.ArmSimConfig',
     'car_sim': 'sim.car_sim_params.CarSimConfig',
+    'car_model_learner': 'learning.car_adaptation_params.CarModelLearnerConfig',
+    'car_state_estimator': 'signals.estimator_params.CarStateEstimatorConfig',
+    'mujoco_arm': 'sim.mujoco_arm_params.MujocoArmNodeConfig',
+    'arm_controller': 'control.arm_controller_params.ArmControllerNodeConfig',
+    'bag_player': 'data.bag_player_params.BagPlayerConfig',
+    'replay_evaluator': 'learning.replay_evaluator_params.ReplayEvaluatorConfig',
 }
 
 
 def declared_parameters(node: str) -> Set[str]:
-    """
-    Return the parameters `node` declares, those every node has included.
-
-    The fields of its config class, or (nodes without one) the names its source passes to
-    `declare('name'`.
-    """
+    """Return the parameters `node` declares: the fields of its config class and the shared."""
     import dataclasses
     import importlib
     from robot_dynamics_learning.params import SHARED_PARAMETERS
-    if node in NODE_CONFIGS:
-        module, _, name = NODE_CONFIGS[node].rpartition('.')
-        cls = getattr(importlib.import_module(f'{PACKAGE}.{module}'), name)
-        names = {field.name for field in dataclasses.fields(cls)}
-    else:
-        source = (ROOT / PACKAGE / 'nodes' / f'{node}.py').read_text()
-        names = set(re.findall(r"declare\('(\w+)'", source))
+    module, _, name = NODE_CONFIGS[node].rpartition('.')
+    cls = getattr(importlib.import_module(f'{PACKAGE}.{module}'), name)
+    names = {field.name for field in dataclasses.fields(cls)}
     return names | set(SHARED_PARAMETERS)

@@ -10,6 +10,7 @@ from robot_dynamics_learning.control.arm_controller_params import ArmControllerN
 from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.data.bag_player_params import BagPlayerConfig
 from robot_dynamics_learning.learning import replay
+from robot_dynamics_learning.learning.car_adaptation_params import CarModelLearnerConfig
 from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
                                                              model_config_class,
                                                              TorquePredictorConfig)
@@ -36,6 +37,7 @@ NODES = [
     ('mujoco_arm', MujocoArmNodeConfig, 'arm_control.yaml', {}),
     ('arm_controller', ArmControllerNodeConfig, 'arm_control.yaml', {}),
     ('car_state_estimator', CarStateEstimatorConfig, 'car.yaml', {}),
+    ('car_model_learner', CarModelLearnerConfig, 'car.yaml', {}),
 ]
 # Nodes without a YAML file of their own: the launch files set what they need.
 NODES_WITHOUT_YAML = [('bag_player', BagPlayerConfig), ('replay_evaluator',

@@ -5,39 +5,55 @@ Two parts, both ROS-free (nodes/car_model_learner.py is their thin wrapper):
 
 - `CarTransitions` turns header-stamped states and commands into model-step transitions
   (o_t, u_t, o_{t+h}) on the stamps' time axis, never on a wall-clock timer: a transition
-  starts at a command's stamp plus `command_delay_s` (a new command value, or the same one
-  held for h), its start and end states are interpolated linearly between the received
-  states at t and t + h (yaw unwrapped). command_delay_s is the time from a command's stamp
-  until the states show its effect: a causal estimator's lag (car_state_estimator: about
-  window_s / 2) plus the actuation delay. Without it a step would mostly show the previous
-  command (a 40 ms lag is 80 % of a 50 ms step) and fine-tuning would teach the model that.
-  Dropped and counted: non-finite inputs, states or commands not newer than the last, a
-  bracket of states further apart than max_gap_s, a command replaced by a different one
-  before h / 2 (the transition would mostly show another command). A state
-  stamped more than 1 s before the last is a time reset (a looping bag): everything pending
-  is forgotten. Memory is bounded (the newest `STATE_HISTORY` states, `PENDING` open
-  transitions).
+  starts at a command's stamp plus `command_delay_s` (a new command value; the same one held
+  opens the next step h after the last, so that held steps chain), its start and end states
+  are interpolated linearly between the received states at t and t + h (yaw unwrapped).
+  command_delay_s is the time from a command's stamp until the states show its effect: a
+  causal estimator's lag (car_state_estimator: about window_s / 2) plus the actuation delay.
+  Without it a step would mostly show the previous command (a 40 ms lag is 80 % of a 50 ms
+  step) and fine-tuning would teach the model that. Dropped and counted: non-finite inputs,
+  states or commands not newer than the last, a bracket of states further apart than
+  max_gap_s, a command replaced by a different one before h / 2 (the transition would mostly
+  show another command). A state stamped more than 1 s before the last is a time reset (a
+  looping bag): everything pending is forgotten. Memory is bounded (the newest
+  `STATE_HISTORY` states, `PENDING` open transitions). With `smooth_s` > 0 the start and end
+  states are not interpolated but read from a centred (zero-phase) quadratic fit over the
+  states within +-smooth_s of the stamp: a fixed-lag smoother, so a transition completes
+  smooth_s later and its states carry less of the estimator's noise.
 - `CarAdaptation` feeds them to `learning.continual.ContinualTrainer` (bounded streaming
   buffer of recent transitions plus a reservoir of older ones; NaN refusal, gradient
   clipping, a budget of updates per transition, atomic checkpoints through `save`), which
-  owns the training copy of the model and publishes immutable copies: the MPC swaps those
-  in (car_mpc: the newest checkpoint file in checkpoint_dir; bench/car_adaptation.py:
-  `published()` directly).
+  owns the training copy of the model and publishes immutable copies: the MPC swaps those in
+  (car_mpc: the newest checkpoint file in checkpoint_dir; bench/car_adaptation.py:
+  `published()` directly). With `rollout_steps` k > 1 the loss is open loop
+  (`window_rollout_loss`): windows of k consecutive transitions (a transition that does not
+  start h +- `CHAIN_TOLERANCE` x h after the one before begins a new window) are rolled out
+  from their first state with their k commands, the loss of
+  `control/car_training.rollout_loss` (relative L1 of the velocities along the window plus
+  position_weight x the mean position error), as `control/refine.py` fine-tunes offline: the
+  MPC plans 20 steps with the model, and a one-step loss does not weigh how errors add up.
 """
 import bisect
 from dataclasses import dataclass
+import functools
 import math
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
 from robot_dynamics_learning.learning.continual import (ContinualTrainer, Published,
                                                         SaveFunction, TrainerConfig)
-from robot_dynamics_learning.models.car_base import CarModel
+from robot_dynamics_learning.models.car_base import CarModel, relative_l1
+import torch
 
 STATE_HISTORY = 512   # newest states kept for interpolation (2 s at 240 Hz)
 PENDING = 64          # open transitions waiting for their end state
 TIME_RESET_S = 1.0    # a state this much older than the last one restarts the stream
+MAX_SMOOTH_S = 0.5    # widest half window of the fixed-lag smoother (inside STATE_HISTORY)
+# A transition that does not start h +- CHAIN_TOLERANCE x h after the one before begins a
+# new rollout window (stamp jitter, a gap).
+CHAIN_TOLERANCE = 0.25
 
 
 class Transition(NamedTuple):
@@ -52,14 +68,18 @@ class Transition(NamedTuple):
 class CarTransitions:
     """Header-stamped states and commands -> `Transition`s of step h (module docstring)."""
 
-    def __init__(self, h: float, max_gap_s: float = 0.1, command_delay_s: float = 0.0) -> None:
+    def __init__(self, h: float, max_gap_s: float = 0.1, command_delay_s: float = 0.0,
+                 smooth_s: float = 0.0) -> None:
         if not (math.isfinite(h) and h > 0 and math.isfinite(max_gap_s) and max_gap_s > 0):
             raise ValueError(f'h and max_gap_s must be finite and > 0, got {h}, {max_gap_s}')
         if not (math.isfinite(command_delay_s) and 0.0 <= command_delay_s <= 1.0):
             raise ValueError(f'command_delay_s must be in [0, 1] s, got {command_delay_s}')
+        if not (math.isfinite(smooth_s) and 0.0 <= smooth_s <= MAX_SMOOTH_S):
+            raise ValueError(f'smooth_s must be in [0, {MAX_SMOOTH_S}] s, got {smooth_s}')
         self.h = h
         self.max_gap_s = max_gap_s
         self.delay = command_delay_s
+        self.smooth_s = smooth_s
         self._stamps: List[float] = []
         self._states: List[np.ndarray] = []
         self._pending: List[list] = []   # [start stamp, command, next command's stamp or inf]
@@ -94,11 +114,14 @@ class CarTransitions:
                 entry[2] = min(entry[2], stamp)
         self._command = (stamp, command)
         if changed or stamp - self._opened >= self.h - 1e-9:
+            start = stamp
+            if not changed and stamp - self._opened < 2 * self.h:
+                start = self._opened + self.h   # held since: the steps chain exactly h apart
             if len(self._pending) >= PENDING:
                 self._pending.pop(0)
                 self.counts['dropped_overflow'] += 1
-            self._pending.append([stamp, command, math.inf])
-            self._opened = stamp
+            self._pending.append([start, command, math.inf])
+            self._opened = start
 
     def add_state(self, stamp: float, state: Sequence[float]) -> List[Transition]:
         """Take a (6,) state [x, y, yaw, vx, vy, r] at `stamp` (s); return completed steps."""
@@ -122,12 +145,13 @@ class CarTransitions:
 
     def _complete(self, newest: float) -> List[Transition]:
         done = []
-        while self._pending and self._pending[0][0] + self.h <= newest:
+        while self._pending and self._pending[0][0] + self.h + self.smooth_s <= newest:
             start, command, replaced = self._pending.pop(0)
             if replaced < start + 0.5 * self.h:
                 self.counts['dropped_command_changed'] += 1
                 continue
-            first, last = self._at(start), self._at(start + self.h)
+            at = self._smoothed if self.smooth_s else self._at
+            first, last = at(start), at(start + self.h)
             if first is None or last is None:
                 self.counts['dropped_gap'] += 1
                 continue
@@ -150,6 +174,26 @@ class CarTransitions:
         b[2] = a[2] + (b[2] - a[2] + math.pi) % (2 * math.pi) - math.pi
         return a + (stamp - t0) / (t1 - t0) * (b - a)
 
+    def _smoothed(self, stamp: float) -> Optional[np.ndarray]:
+        """
+        Return a centred quadratic fit of the states within +-smooth_s of `stamp` there.
+
+        None unless the window holds states on both sides with no gap over max_gap_s
+        (a straight line with fewer than 4 states).
+        """
+        low = bisect.bisect_left(self._stamps, stamp - self.smooth_s)
+        high = bisect.bisect_right(self._stamps, stamp + self.smooth_s)
+        times = np.asarray(self._stamps[low:high]) - stamp
+        if (times.size < 2 or times[0] > 0 or times[-1] < 0
+                or np.max(np.diff(times), initial=0.0) > self.max_gap_s):
+            return None
+        states = np.stack(self._states[low:high])
+        states[:, 2] = states[0, 2] + np.unwrap(states[:, 2] - states[0, 2])
+        order = 2 if times.size >= 4 else 1
+        basis = np.vander(times / self.smooth_s, order + 1, increasing=True)
+        coefficients, *_ = np.linalg.lstsq(basis, states, rcond=None)
+        return coefficients[0].copy()   # the fit's value at the stamp (time 0)
+
 
 @dataclass(frozen=True)
 class CarAdaptationConfig:
@@ -165,7 +209,10 @@ class CarAdaptationConfig:
     new surface); reservoir_transitions: a uniform sample of everything older; recent_fraction:
     share of each batch from the ring; publish_every: updates between hand-overs of weights;
     save_period_s: seconds between checkpoints; train_cpu_share: share of a core the
-    training thread may use.
+    training thread may use; rollout_steps: transitions per training window (1: the
+    one-step loss of the model; k > 1: the open-loop loss over k steps,
+    `window_rollout_loss`); position_weight: its weight (1/m) of the mean position error;
+    smooth_s: half window of the fixed-lag smoother of the states (0: interpolated).
     """
 
     h: float = 0.05
@@ -182,6 +229,18 @@ class CarAdaptationConfig:
     publish_every: int = 20
     save_period_s: float = 10.0
     train_cpu_share: float = 0.5
+    rollout_steps: int = 1
+    position_weight: float = 1.0
+    smooth_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Refuse settings the trainer and buffer do not check themselves, naming them."""
+        if not 1 <= self.rollout_steps <= self.recent_capacity:
+            raise ValueError(f'rollout_steps must be in [1, recent_capacity], got '
+                             f'{self.rollout_steps}')
+        if not (math.isfinite(self.position_weight) and self.position_weight >= 0):
+            raise ValueError(f'position_weight must be finite and >= 0, got '
+                             f'{self.position_weight}')
 
     def trainer(self) -> TrainerConfig:
         """Return the continual trainer's settings (its checks name a bad value)."""
@@ -193,10 +252,26 @@ class CarAdaptationConfig:
                              max_cpu_share=self.train_cpu_share)
 
     def buffer(self) -> BufferConfig:
-        """Return the buffer's settings: one-step windows, no segment logic needed."""
-        return BufferConfig(window=1, recent_capacity=self.recent_capacity,
+        """Return the buffer's settings: windows of rollout_steps (CarAdaptation breaks them)."""
+        return BufferConfig(window=self.rollout_steps, recent_capacity=self.recent_capacity,
                             reservoir_windows=self.reservoir_transitions, reservoir_stride=1,
                             recent_fraction=self.recent_fraction, gap_factor=1e6)
+
+
+def window_rollout_loss(model: CarModel, batch: SequenceBatch,
+                        position_weight: float = 1.0) -> torch.Tensor:
+    """
+    Open-loop loss of (B, k) windows of consecutive transitions (the buffer's batches).
+
+    The model rolls out from each window's first state with its k commands; the loss is the
+    relative L1 (Eq. 11) of the predicted velocities against the k end states plus
+    position_weight x their mean position error (m), as `control/car_training.rollout_loss`.
+    """
+    predicted = model.rollout(batch.observations[:, 0], batch.actions).mean
+    true = batch.targets
+    position = torch.linalg.norm(predicted[..., :2] - true[..., :2], dim=-1).mean()
+    return (relative_l1(true[..., 3:], predicted[..., 3:], model.loss_eps)
+            + position_weight * position)
 
 
 class CarAdaptation:
@@ -216,10 +291,15 @@ class CarAdaptation:
             raise ValueError('the car model has no trainable parameters (an MPC freezes its '
                              'own: give the learner a copy of its own)')
         self.config = config
-        self.transitions = CarTransitions(config.h, config.max_gap_s, config.command_delay_s)
+        self.transitions = CarTransitions(config.h, config.max_gap_s, config.command_delay_s,
+                                          config.smooth_s)
         self.buffer = StreamingBuffer(6, 2, 6, config.buffer(), rng)
+        self._last_start = -math.inf   # stamp of the newest buffered transition
+        loss = None
+        if config.rollout_steps > 1:
+            loss = functools.partial(window_rollout_loss, position_weight=config.position_weight)
         self.trainer = ContinualTrainer(model, self.buffer, config.trainer(), save,
-                                        fit_normalization)
+                                        fit_normalization, loss=loss)
 
     def add_command(self, stamp: float, command: Sequence[float]) -> None:
         """Take a command in force from `stamp` (s)."""
@@ -229,6 +309,10 @@ class CarAdaptation:
         """Take a state stamped `stamp` (s); return the transitions it completed."""
         done = self.transitions.add_state(stamp, state)
         for step in done:
+            h = self.config.h
+            if abs(step.stamp - self._last_start - h) > CHAIN_TOLERANCE * h:
+                self.buffer.reset()   # a window would take these transitions as h apart
+            self._last_start = step.stamp
             self.buffer.append(step.stamp, step.state, step.command, step.next_state)
         return len(done)
 

@@ -35,6 +35,7 @@ from robot_dynamics_learning.params import check_ranges, setting
 import torch
 
 SaveFunction = Callable[[DynamicsModel, dict], object]
+LossFunction = Callable[[DynamicsModel, SequenceBatch], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -166,13 +167,16 @@ class ContinualTrainer:
     `published()`. With `fit_normalization` the model's normalisation statistics are fitted
     once on the warm-up samples (a resumed model keeps its own). `save(model, metadata)` is
     called from the trainer thread (periodically and on `stop`) and must write atomically
-    (learning/checkpoint.py does).
+    (learning/checkpoint.py does). `loss(model, batch)`: the training loss instead of
+    `model.loss` (the car learner's open-loop loss over windows); the same guards apply.
     """
 
     def __init__(self, model: DynamicsModel, buffer: StreamingBuffer, config: TrainerConfig,
                  save: Optional[SaveFunction] = None, fit_normalization: bool = True,
-                 start_step: int = 0, history: Optional[ObservationHistory] = None) -> None:
+                 start_step: int = 0, history: Optional[ObservationHistory] = None,
+                 loss: Optional[LossFunction] = None) -> None:
         self.model = model
+        self._loss = loss
         self.buffer = buffer
         self.history = history
         self.config = config
@@ -338,7 +342,7 @@ class ContinualTrainer:
         self.model.train()
         if not _all_finite(batch[:3]):
             return self._refuse('non-finite batch')
-        loss, _ = self.model.loss(batch)
+        loss = self._loss(self.model, batch) if self._loss else self.model.loss(batch)[0]
         if not bool(torch.isfinite(loss)):
             return self._refuse(f'non-finite loss {float(loss)}')
         self._optimizer.zero_grad(set_to_none=True)

@@ -9,8 +9,8 @@ stamp (the state it was computed from). `ContinualTrainer` trains in its own thr
 refusal, gradient clipping, updates_per_transition budget, bounded buffer, at most
 train_cpu_share of a core) and writes an atomic checkpoint every save_period_s into
 checkpoint_dir, which car_mpc follows (the newest file, checked every reload_period_s).
+Parameters: the fields of `CarModelLearnerConfig` (learning/car_adaptation_params.py).
 """
-import functools
 from pathlib import Path
 from typing import Optional
 
@@ -19,13 +19,13 @@ import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from robot_dynamics_learning.control.car_training import (build_car_model, CAR_MODEL_TYPES,
-                                                          load_car_model)
-from robot_dynamics_learning.learning.car_adaptation import CarAdaptation, CarAdaptationConfig
+from robot_dynamics_learning.control.car_training import build_car_model, load_car_model
+from robot_dynamics_learning.learning.car_adaptation import CarAdaptation
+from robot_dynamics_learning.learning.car_adaptation_params import CarModelLearnerConfig
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
                                                        parse_or_warn, PoseParser, stamp_to_ns)
-from robot_dynamics_learning.nodes.parameters import declare as declare_parameter
+from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from sensor_msgs.msg import Joy
 
@@ -39,64 +39,19 @@ class CarModelLearnerNode(Node):
     def __init__(self) -> None:
         super().__init__('car_model_learner')
 
-        declare = functools.partial(declare_parameter, self)
-        defaults = CarAdaptationConfig()
-        declare('model', 'car_mlp', f'model type when no checkpoint is given: '
-                f'{list(CAR_MODEL_TYPES)}')
-        declare('checkpoint', '', 'initial model checkpoint to fine-tune (empty: new model)')
-        declare('checkpoint_dir', '/tmp/car_model', 'where checkpoints are written')
-        declare('h', defaults.h, 'model step = step of the transitions (s)', 0.005, 1.0)
-        declare('max_gap_s', defaults.max_gap_s, 'widest gap between states a transition may '
-                'interpolate over (s)', 0.005, 1.0)
-        declare('command_delay_s', defaults.command_delay_s, 'time from the stamp of a command '
-                'until the states show it: the estimator lag (about its window_s / 2) plus '
-                'actuation (s)', 0.0, 1.0)
-        declare('command_type', 'twist', f'command message type: {sorted(COMMAND_TYPES)}')
-        declare('throttle_axis', 1, 'Joy axis of the throttle', 0, 64)
-        declare('steering_axis', 3, 'Joy axis of the steering', 0, 64)
-        declare('throttle_scale', 1.0, 'throttle = throttle_scale * linear.x (or the Joy axis)')
-        declare('steering_scale', 1.0, 'steering = steering_scale * angular.z (or the axis)')
-        declare('min_transitions', defaults.min_transitions, 'transitions collected before '
-                'training starts', 1, 1000000)
-        declare('batch_size', defaults.batch_size, 'transitions per update', 1, 100000)
-        declare('learning_rate', defaults.learning_rate, 'Adam learning rate', 1e-7, 1.0)
-        declare('grad_clip', defaults.grad_clip, 'largest gradient norm', 1e-6, 1e6)
-        declare('updates_per_transition', defaults.updates_per_transition, 'budget: most '
-                'updates per received transition (0: as fast as the CPU share allows)',
-                0.0, 1000.0)
-        declare('recent_capacity', defaults.recent_capacity, 'transitions in the ring of the '
-                'newest driving (recent_capacity x h s: the current surface)', 1, 10000000)
-        declare('reservoir_transitions', defaults.reservoir_transitions, 'uniform sample of '
-                'older transitions kept against forgetting', 0, 10000000)
-        declare('recent_fraction', defaults.recent_fraction, 'share of a batch from the ring',
-                0.0, 1.0)
-        declare('publish_every', defaults.publish_every, 'updates between weight hand-overs',
-                1, 100000)
-        declare('save_period_s', defaults.save_period_s, 'checkpoint period (s)', 0.5, 36000.0)
-        declare('train_cpu_share', defaults.train_cpu_share, 'share of one core the training '
-                'thread may use', 0.01, 1.0)
-        declare('seed', 0, 'random seed of batch sampling')
-        get = self.get_parameter
-        command_type = get('command_type').value
-        if command_type not in COMMAND_TYPES:
-            raise ValueError(f'command_type must be one of {sorted(COMMAND_TYPES)}, got '
-                             f'{command_type!r}')
-        config = CarAdaptationConfig(**{name: get(name).value for name in (
-            'h', 'max_gap_s', 'command_delay_s', 'min_transitions', 'batch_size',
-            'learning_rate', 'grad_clip', 'updates_per_transition', 'recent_capacity',
-            'reservoir_transitions', 'recent_fraction', 'publish_every', 'save_period_s',
-            'train_cpu_share')})
-        if get('checkpoint').value:
-            model, fit = load_car_model(Path(get('checkpoint').value)), False
+        config = declare_config(self, CarModelLearnerConfig)
+        adaptation = config.adaptation()
+        if config.checkpoint:
+            model, fit = load_car_model(Path(config.checkpoint)), False
         else:
-            model, fit = build_car_model(get('model').value, config.h), True
-        folder = CheckpointDirectory(Path(get('checkpoint_dir').value), prefix='car_model')
+            model, fit = build_car_model(config.model, config.h), True
+        folder = CheckpointDirectory(Path(config.checkpoint_dir), prefix='car_model')
         self.adaptation = CarAdaptation(
-            model, config, np.random.default_rng(int(get('seed').value)),
+            model, adaptation, np.random.default_rng(config.seed),
             save=lambda m, metadata: folder.save(m, metadata=metadata), fit_normalization=fit)
         self.parser = CarCommandParser(CommandMapping(
-            get('throttle_axis').value, get('steering_axis').value,
-            get('throttle_scale').value, get('steering_scale').value), check_stamps=False)
+            config.throttle_axis, config.steering_axis, config.throttle_scale,
+            config.steering_scale), check_stamps=False)
         self.pose_parser = PoseParser(check_stamps=False)   # order: CarTransitions checks
         self._pose: Optional[tuple] = None
         self._twist: Optional[tuple] = None
@@ -106,8 +61,8 @@ class CarModelLearnerNode(Node):
                                  callback_group=inputs)
         self.create_subscription(TwistStamped, 'car/twist', self._on_twist,
                                  qos_profile_sensor_data, callback_group=inputs)
-        self.create_subscription(COMMAND_TYPES[command_type], 'command', self._on_command, 10,
-                                 callback_group=inputs)
+        self.create_subscription(COMMAND_TYPES[config.command_type], 'command', self._on_command,
+                                 10, callback_group=inputs)
         self.create_timer(5.0, self._log, callback_group=inputs)
         self.adaptation.start()
 
