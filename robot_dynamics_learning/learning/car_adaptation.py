@@ -45,6 +45,7 @@ from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffe
 from robot_dynamics_learning.learning.continual import (ContinualTrainer, Published,
                                                         SaveFunction, TrainerConfig)
 from robot_dynamics_learning.models.car_base import CarModel, relative_l1
+from robot_dynamics_learning.params import check_ranges, setting
 import torch
 
 STATE_HISTORY = 512   # newest states kept for interpolation (2 s at 240 Hz)
@@ -198,49 +199,54 @@ class CarTransitions:
 @dataclass(frozen=True)
 class CarAdaptationConfig:
     """
-    Settings of online car-model adaptation (car_model_learner parameters, config/car.yaml).
+    Settings of online car-model adaptation (car_model_learner's learning settings).
 
-    h: model step (s); max_gap_s: widest bracket of states a transition may interpolate in;
-    command_delay_s: from a command's stamp until the states show it (`CarTransitions`);
-    min_transitions: transitions before the first update (normalisation is fitted on them
-    for a new model); batch_size, learning_rate, grad_clip: the updates; updates_per_transition:
-    the budget (at most this many updates per transition received); recent_capacity:
-    transitions in the ring of newest data (about recent_capacity x h seconds of driving: the
-    new surface); reservoir_transitions: a uniform sample of everything older; recent_fraction:
-    share of each batch from the ring; publish_every: updates between hand-overs of weights;
-    save_period_s: seconds between checkpoints; train_cpu_share: share of a core the
-    training thread may use; rollout_steps: transitions per training window (1: the
-    one-step loss of the model; k > 1: the open-loop loss over k steps,
-    `window_rollout_loss`); position_weight: its weight (1/m) of the mean position error;
-    smooth_s: half window of the fixed-lag smoother of the states (0: interpolated).
+    Transitions come from `CarTransitions` (h, max_gap_s, command_delay_s); the updates from
+    the continual trainer on a buffer of recent and reservoir transitions; rollout_steps > 1
+    trains the open-loop loss over k steps (`window_rollout_loss`) instead of the one-step
+    loss; smooth_s > 0 reads the states from a fixed-lag smoother.
     """
 
-    h: float = 0.05
-    max_gap_s: float = 0.1
-    command_delay_s: float = 0.04
-    min_transitions: int = 200
-    batch_size: int = 128
-    learning_rate: float = 5e-4
-    grad_clip: float = 1.0
-    updates_per_transition: float = 1.0
-    recent_capacity: int = 600
-    reservoir_transitions: int = 5000
-    recent_fraction: float = 0.8
-    publish_every: int = 20
-    save_period_s: float = 10.0
-    train_cpu_share: float = 0.5
-    rollout_steps: int = 1
-    position_weight: float = 1.0
-    smooth_s: float = 0.0
+    h: float = setting(0.05, 'model step = step of the transitions (s)', 0.005, 1.0)
+    max_gap_s: float = setting(0.1, 'widest gap between states a transition may interpolate '
+                               'over (s)', 0.005, 1.0)
+    command_delay_s: float = setting(0.04, 'time from the stamp of a command until the states '
+                                     'show it: the estimator lag (about its window_s / 2) '
+                                     'plus actuation (s)', 0.0, 1.0)
+    min_transitions: int = setting(200, 'transitions collected before training starts (the '
+                                   'normalisation of a new model is fitted on them)', 1,
+                                   1000000)
+    batch_size: int = setting(128, 'transitions (or windows) per update', 1, 100000)
+    learning_rate: float = setting(5e-4, 'Adam learning rate', 1e-7, 1.0)
+    grad_clip: float = setting(1.0, 'largest gradient norm', 1e-6, 1e6)
+    updates_per_transition: float = setting(1.0, 'budget: most updates per received '
+                                            'transition (0: as fast as the CPU share '
+                                            'allows)', 0.0, 1000.0)
+    recent_capacity: int = setting(600, 'transitions in the ring of the newest driving '
+                                   '(recent_capacity x h s: the current surface)', 1,
+                                   10000000)
+    reservoir_transitions: int = setting(5000, 'uniform sample of older transitions '
+                                         '(windows) kept against forgetting', 0, 10000000)
+    recent_fraction: float = setting(0.8, 'share of a batch from the ring', 0.0, 1.0)
+    publish_every: int = setting(20, 'updates between weight hand-overs', 1, 100000)
+    save_period_s: float = setting(10.0, 'checkpoint period (s)', 0.5, 36000.0)
+    train_cpu_share: float = setting(0.5, 'share of one core the training thread may use',
+                                     0.01, 1.0)
+    rollout_steps: int = setting(1, 'consecutive transitions per training window: 1 trains '
+                                 'the one-step loss, k > 1 the open-loop loss over k steps '
+                                 '(what the MPC plans with)', 1, 1000)
+    position_weight: float = setting(1.0, 'weight (1/m) of the mean position error in the '
+                                     'open-loop loss', 0.0, 1000.0)
+    smooth_s: float = setting(0.0, 'half window of the fixed-lag smoother of the states (s): '
+                              'a centred quadratic fit instead of interpolation; transitions '
+                              'complete this much later (0: off)', 0.0, MAX_SMOOTH_S)
 
     def __post_init__(self) -> None:
-        """Refuse settings the trainer and buffer do not check themselves, naming them."""
-        if not 1 <= self.rollout_steps <= self.recent_capacity:
+        """Refuse settings that cannot work, naming them."""
+        check_ranges(self)
+        if self.rollout_steps > self.recent_capacity:
             raise ValueError(f'rollout_steps must be in [1, recent_capacity], got '
                              f'{self.rollout_steps}')
-        if not (math.isfinite(self.position_weight) and self.position_weight >= 0):
-            raise ValueError(f'position_weight must be finite and >= 0, got '
-                             f'{self.position_weight}')
 
     def trainer(self) -> TrainerConfig:
         """Return the continual trainer's settings (its checks name a bad value)."""

@@ -8,34 +8,26 @@ window_s 0.12 (docs/results_car.md section 8).
 """
 from dataclasses import dataclass
 
-from robot_dynamics_learning.params import check_ranges, setting
+from robot_dynamics_learning.params import check_ranges, setting, setting_of
 from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import YawModelConfig
 
 COMMAND_TYPES = ('', 'twist', 'twist_stamped', 'joy')
 _FIT = emulated_mocap_config()
-_YAW = YawModelConfig()
 
 
 @dataclass(frozen=True)
 class CarStateEstimatorConfig:
     """Parameters of car_state_estimator (config/car.yaml documents each one)."""
 
-    window_s: float = setting(_FIT.window_s, 'causal fit window of the positions (s)', 0.005,
-                              1.0)
+    window_s: float = setting_of(MocapEstimatorConfig, 'window_s', _FIT.window_s)
     yaw_window_s: float = setting(0.0, 'causal fit window of the yaw (s); 0 = window_s', 0.0,
                                   1.0)
-    order: int = setting(_FIT.order, 'polynomial order of the fits: 2 = evaluated at the '
-                         'newest stamp (no delay), 1 = a straight line (delay about half the '
-                         'window, least noise)', 1, 2)
-    min_samples: int = setting(_FIT.min_samples, 'poses needed in the window before '
-                               'publishing', 2, 1000)
-    max_speed: float = setting(_FIT.max_speed, 'fastest plausible car speed for jump '
-                               'rejection (m/s)', 0.1, 100.0)
-    jump_margin: float = setting(_FIT.jump_margin, 'extra distance allowed between poses (m)',
-                                 0.0, 10.0)
-    relock_after: int = setting(_FIT.relock_after, 'consecutive jumps after which the new '
-                                'position is accepted (the body was moved)', 1, 10000)
+    order: int = setting_of(MocapEstimatorConfig, 'order', _FIT.order)
+    min_samples: int = setting_of(MocapEstimatorConfig, 'min_samples')
+    max_speed: float = setting_of(MocapEstimatorConfig, 'max_speed')
+    jump_margin: float = setting_of(MocapEstimatorConfig, 'jump_margin')
+    relock_after: int = setting_of(MocapEstimatorConfig, 'relock_after')
     frame_id: str = setting('world', 'frame of the published pose')
     publish_rate_hz: float = setting(100.0, 'most estimates published per second (every pose '
                                      'is still filtered); 0 = one per accepted pose', 0.0,
@@ -48,26 +40,15 @@ class CarStateEstimatorConfig:
                                     'axis)')
     steering_scale: float = setting(1.0, 'steering = steering_scale * angular.z (or the Joy '
                                     'axis)')
-    command_timeout_s: float = setting(_YAW.command_timeout_s, 'a command older than this at '
-                                       'the pose stamp counts as absent: the fit answers '
-                                       '(s)', 0.01, 10.0)
-    steer_gain: float = setting(_YAW.gain, 'steady yaw rate per speed and unit steering '
-                                '(rad/m): r = vx * (steer_gain * s + steer_cubic * s^3)')
-    steer_cubic: float = setting(_YAW.cubic, 'cubic term of that map (rad/m)')
-    yaw_tau_s: float = setting(_YAW.tau_s, 'lag of the yaw rate behind the steering (s)',
-                               0.001, 10.0)
-    command_delay_s: float = setting(_YAW.delay_s, 'command transport delay: the command '
-                                     'held at t - command_delay_s drives the model at t (s)',
-                                     0.0, 1.0)
-    yaw_noise: float = setting(_YAW.yaw_noise, 'mocap yaw noise as the filter sees it (rad)',
-                               1e-6, 1.0)
-    yaw_accel_noise: float = setting(_YAW.accel_noise, 'density of the unmodelled yaw '
-                                     'acceleration ((rad/s^2)^2 s)', 1e-6, 1e6)
-    yaw_bias_noise: float = setting(_YAW.bias_noise, 'density of the yaw-rate bias drift '
-                                    '(slip, steering offset; (rad/s)^2/s)', 0.0, 1e6)
-    yaw_slip_accel: float = setting(_YAW.slip_accel, 'lateral acceleration vx * r at which '
-                                    'the bias noise doubles; it grows with its square (m/s^2;'
-                                    ' 0: constant)', 0.0, 100.0)
+    command_timeout_s: float = setting_of(YawModelConfig, 'command_timeout_s')
+    steer_gain: float = setting_of(YawModelConfig, 'gain')
+    steer_cubic: float = setting_of(YawModelConfig, 'cubic')
+    yaw_tau_s: float = setting_of(YawModelConfig, 'tau_s')
+    command_delay_s: float = setting_of(YawModelConfig, 'delay_s')
+    yaw_noise: float = setting_of(YawModelConfig, 'yaw_noise')
+    yaw_accel_noise: float = setting_of(YawModelConfig, 'accel_noise')
+    yaw_bias_noise: float = setting_of(YawModelConfig, 'bias_noise')
+    yaw_slip_accel: float = setting_of(YawModelConfig, 'slip_accel')
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
-
+from robot_dynamics_learning.params import check_ranges, setting
 from robot_dynamics_learning.signals.offline import savgol_derivative
 
 
@@ -72,43 +72,35 @@ class MocapEstimatorConfig:
     """
     Settings of the online estimator (units: s, m, m/s).
 
-    window_s: length of the causal fit window of the positions; yaw_window_s: of the yaw
-    (None: window_s); order: polynomial order of the fits (1: a
-    straight line, whose slope describes the window's mean time: a delay of about half the
-    window; 2: a parabola evaluated at the newest stamp: no delay for signals up to
-    quadratic, more noise); min_samples: samples needed before output; max_speed: fastest
-    plausible car speed, used with jump_margin to reject jumps; relock_after: consecutive
-    rejected jumps after which the estimator restarts at the new position (the body really
-    moved, e.g. picked up); stale_after_s: age that makes the estimate stale.
     Defaults: measured on replayed DART Vicon recordings (100 Hz, about 0.2 mm and 1 mrad
     noise; docs/results_car.md section 8).
     """
 
-    window_s: float = 0.12
-    yaw_window_s: Optional[float] = None
-    order: int = 2
-    min_samples: int = 4
-    max_speed: float = 8.0
-    jump_margin: float = 0.1
-    relock_after: int = 10
-    stale_after_s: float = 0.1
-    capacity: int = 256
+    window_s: float = setting(0.12, 'causal fit window of the positions (s)', 0.005, 1.0)
+    yaw_window_s: Optional[float] = setting(None, 'causal fit window of the yaw (s); None: '
+                                            'window_s')
+    order: int = setting(2, 'polynomial order of the fits: 2 = evaluated at the newest stamp '
+                         '(no delay), 1 = a straight line (delay about half the window, least '
+                         'noise)', 1, 2)
+    min_samples: int = setting(4, 'poses needed in the window before publishing', 2, 1000)
+    max_speed: float = setting(8.0, 'fastest plausible car speed for jump rejection (m/s)',
+                               0.1, 100.0)
+    jump_margin: float = setting(0.1, 'extra distance allowed between poses (m)', 0.0, 10.0)
+    relock_after: int = setting(10, 'consecutive jumps after which the new position is '
+                                'accepted (the body was moved)', 1, 10000)
+    stale_after_s: float = setting(0.1, 'age that makes the estimate stale (s)', 1e-3, 60.0)
+    capacity: int = setting(256, 'poses kept for the fits', 2, 100000)
 
     def __post_init__(self) -> None:
         """Validate ranges so that a bad config fails at start-up, naming the value."""
-        if self.window_s <= 0:
-            raise ValueError(f'window_s must be positive, got {self.window_s}')
-        if self.yaw_window_s is not None and self.yaw_window_s <= 0:
-            raise ValueError(f'yaw_window_s must be positive or None, got {self.yaw_window_s}')
-        if self.order not in (1, 2):
-            raise ValueError(f'order must be 1 or 2, got {self.order}')
+        check_ranges(self)
+        if self.yaw_window_s is not None and not 0 < self.yaw_window_s <= 1.0:
+            raise ValueError(f'yaw_window_s must be in (0, 1] s or None, got '
+                             f'{self.yaw_window_s}')
         if self.min_samples < self.order + 1:
             raise ValueError(f'min_samples must be at least order + 1, got {self.min_samples}')
-        for name in ('max_speed', 'jump_margin', 'stale_after_s'):
-            if getattr(self, name) <= 0:
-                raise ValueError(f'{name} must be positive, got {getattr(self, name)}')
-        if self.relock_after < 1 or self.capacity < self.min_samples:
-            raise ValueError('relock_after must be >= 1 and capacity >= min_samples')
+        if self.capacity < self.min_samples:
+            raise ValueError('capacity must be >= min_samples')
 
 
 def emulated_mocap_config() -> MocapEstimatorConfig:

@@ -16,6 +16,7 @@ import math
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
+from robot_dynamics_learning.params import check_ranges, setting
 from robot_dynamics_learning.signals.mocap import (CarStateEstimate, MocapEstimator,
                                                    MocapEstimatorConfig, offline_body_states)
 from scipy.signal import lfilter
@@ -26,40 +27,32 @@ class YawModelConfig:
     """
     The yaw model and the filter's noise (units: s, rad, rad/s).
 
-    gain, cubic: steady yaw rate per forward speed, r = vx * (gain * s + cubic * s^3) (rad/m;
-    for a bicycle of wheelbase L with steering angle k * s: gain = k / L); tau_s: lag of the
-    yaw rate behind it; delay_s: command transport delay (the command held at t - delay_s
-    drives the prediction at t); yaw_noise: std of the mocap yaw as the filter sees it (only
-    its ratio to the process noises matters); accel_noise, bias_noise: white-noise densities
-    ((rad/s^2)^2 s, (rad/s)^2/s) of the unmodelled yaw acceleration and of the bias drift;
-    slip_accel: lateral acceleration vx * r (m/s^2) at which the bias noise doubles, growing
-    with its square (tyres slide more in hard turns, so the model's steady rate is worth
-    less; 0: constant bias noise);
-    command_timeout_s: a command older than this (at the pose stamp) counts as absent.
-    Defaults: gain, cubic, tau_s and delay_s fitted on all 17 DART Vicon recordings, the
-    noises chosen on 6 of them (docs/results_car.md section 8).
+    For a bicycle of wheelbase L with steering angle k * s: gain = k / L. Only the ratio of
+    yaw_noise to the process noises matters. Defaults: gain, cubic, tau_s and delay_s fitted
+    on all 17 DART Vicon recordings, the noises chosen on 6 of them (docs/results_car.md
+    section 8).
     """
 
-    gain: float = 2.30
-    cubic: float = -0.81
-    tau_s: float = 0.08
-    delay_s: float = 0.0
-    yaw_noise: float = 0.01
-    accel_noise: float = 8.0
-    bias_noise: float = 2.0
-    slip_accel: float = 3.0
-    command_timeout_s: float = 0.5
+    gain: float = setting(2.30, 'steady yaw rate per speed and unit steering (rad/m): r = vx * '
+                          '(gain * s + cubic * s^3)', -1e3, 1e3)
+    cubic: float = setting(-0.81, 'cubic term of that map (rad/m)', -1e3, 1e3)
+    tau_s: float = setting(0.08, 'lag of the yaw rate behind the steering (s)', 0.001, 10.0)
+    delay_s: float = setting(0.0, 'command transport delay: the command held at t - delay_s '
+                             'drives the model at t (s)', 0.0, 1.0)
+    yaw_noise: float = setting(0.01, 'mocap yaw noise as the filter sees it (rad)', 1e-6, 1.0)
+    accel_noise: float = setting(8.0, 'density of the unmodelled yaw acceleration '
+                                 '((rad/s^2)^2 s)', 1e-6, 1e6)
+    bias_noise: float = setting(2.0, 'density of the yaw-rate bias drift (slip, steering '
+                                'offset; (rad/s)^2/s)', 0.0, 1e6)
+    slip_accel: float = setting(3.0, 'lateral acceleration vx * r at which the bias noise '
+                                'doubles; it grows with its square (m/s^2; 0: constant)', 0.0,
+                                100.0)
+    command_timeout_s: float = setting(0.5, 'a command older than this at the pose stamp '
+                                       'counts as absent: the fit answers (s)', 0.01, 10.0)
 
     def __post_init__(self) -> None:
         """Refuse values the filter cannot use, naming them."""
-        for name in ('tau_s', 'yaw_noise', 'accel_noise', 'command_timeout_s'):
-            if not getattr(self, name) > 0:
-                raise ValueError(f'{name} must be positive, got {getattr(self, name)}')
-        for name in ('delay_s', 'bias_noise', 'slip_accel'):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
-        if not (math.isfinite(self.gain) and math.isfinite(self.cubic)):
-            raise ValueError('gain and cubic must be finite')
+        check_ranges(self)
 
     def steady_rate(self, vx: float, steering: float) -> float:
         """Return the steady yaw rate (rad/s) the model predicts at speed vx and steering."""
