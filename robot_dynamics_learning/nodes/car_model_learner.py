@@ -14,7 +14,7 @@ Parameters: the fields of `CarModelLearnerConfig` (learning/car_adaptation_param
 from pathlib import Path
 from typing import Optional
 
-from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
+from geometry_msgs.msg import PoseStamped, TwistStamped
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
@@ -23,13 +23,11 @@ from robot_dynamics_learning.control.car_training import build_car_model, load_c
 from robot_dynamics_learning.learning.car_adaptation import CarAdaptation
 from robot_dynamics_learning.learning.car_adaptation_params import CarModelLearnerConfig
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
-from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
-                                                       parse_or_warn, PoseParser, stamp_to_ns)
+from robot_dynamics_learning.nodes.conversions import (parse_or_warn, PoseParser,
+                                                       stamp_to_ns, subscribe_commands)
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
-from sensor_msgs.msg import Joy
 
-COMMAND_TYPES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
 STOP_TIMEOUT_S = 1.5   # the training thread's last update; a node has 2 s to end after SIGINT
 
 
@@ -49,9 +47,6 @@ class CarModelLearnerNode(Node):
         self.adaptation = CarAdaptation(
             model, adaptation, np.random.default_rng(config.seed),
             save=lambda m, metadata: folder.save(m, metadata=metadata), fit_normalization=fit)
-        self.parser = CarCommandParser(CommandMapping(
-            config.throttle_axis, config.steering_axis, config.throttle_scale,
-            config.steering_scale), check_stamps=False)
         self.pose_parser = PoseParser(check_stamps=False)   # order: CarTransitions checks
         self._pose: Optional[tuple] = None
         self._twist: Optional[tuple] = None
@@ -61,8 +56,7 @@ class CarModelLearnerNode(Node):
                                  callback_group=inputs)
         self.create_subscription(TwistStamped, 'car/twist', self._on_twist,
                                  qos_profile_sensor_data, callback_group=inputs)
-        self.create_subscription(COMMAND_TYPES[config.command_type], 'command', self._on_command,
-                                 10, callback_group=inputs)
+        self.parser = subscribe_commands(self, config, self._on_command, callback_group=inputs)
         self.create_timer(5.0, self._log, callback_group=inputs)
         self.adaptation.start()
 

@@ -12,22 +12,18 @@ import math
 import threading
 import time
 
-from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
+from geometry_msgs.msg import PoseStamped, TwistStamped
 import numpy as np
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.track import load_track_spec, Track
-from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
-                                                       parse_or_warn, planar_pose_msg,
-                                                       time_msg)
+from robot_dynamics_learning.nodes.conversions import (parse_or_warn, planar_pose_msg,
+                                                       subscribe_commands, time_msg)
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
 from robot_dynamics_learning.sim.car_sim_params import CarSimConfig
-from sensor_msgs.msg import Joy
-
-COMMAND_MESSAGES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
 
 
 class CarSimNode(Node):
@@ -43,9 +39,6 @@ class CarSimNode(Node):
         self.noise = MocapNoise(self.rate, config.position_std, config.yaw_std, config.dropout,
                                 config.jump_probability, config.jump_size)
         self.rng = np.random.default_rng(config.seed)
-        self.parser = CarCommandParser(CommandMapping(
-            config.throttle_axis, config.steering_axis, config.throttle_scale,
-            config.steering_scale), check_stamps=False)
         self.timeout = config.command_timeout_s
         self.frame_id = config.frame_id
         self.state = np.zeros((1, 6))
@@ -62,7 +55,7 @@ class CarSimNode(Node):
         self.pub_pose = self.create_publisher(PoseStamped, 'mocap_pose', qos_profile_sensor_data)
         self.pub_true_pose = self.create_publisher(PoseStamped, '~/true_pose', 10)
         self.pub_true_twist = self.create_publisher(TwistStamped, '~/true_twist', 10)
-        self.create_subscription(COMMAND_MESSAGES[command_type], 'command', self._on_command, 10)
+        self.parser = subscribe_commands(self, config, self._on_command)
         self.create_timer(5.0, self._log)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name='car_sim', daemon=True)

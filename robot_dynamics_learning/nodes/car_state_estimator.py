@@ -21,21 +21,18 @@ command_rejected_<reason>; fit_fallback counts poses answered by the fit) twice 
 Parameters: `CarStateEstimatorConfig` (signals/estimator_params.py).
 """
 from diagnostic_msgs.msg import DiagnosticArray
-from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
+from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
-from robot_dynamics_learning.nodes.conversions import (CarCommandParser, CommandMapping,
-                                                       parse_or_warn, planar_pose_msg,
-                                                       PoseParser, time_msg)
+from robot_dynamics_learning.nodes.conversions import (parse_or_warn, planar_pose_msg,
+                                                       PoseParser, subscribe_commands,
+                                                       time_msg)
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.signals.estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import CommandedEstimator
-from sensor_msgs.msg import Joy
-
-COMMAND_MESSAGES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
 
 
 class CarStateEstimatorNode(Node):
@@ -62,11 +59,7 @@ class CarStateEstimatorNode(Node):
         self.command_future = 0
         if config.command_type:
             # Stamps are checked by the estimator (late, out of order) and here (future).
-            self.command_parser = CarCommandParser(CommandMapping(
-                config.throttle_axis, config.steering_axis, config.throttle_scale,
-                config.steering_scale), check_stamps=False)
-            self.create_subscription(COMMAND_MESSAGES[config.command_type], 'command',
-                                     self._on_command, 10)
+            self.command_parser = subscribe_commands(self, config, self._on_command)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_timer(0.5, self._diagnostics)
         self.create_timer(5.0, self._log)

@@ -25,8 +25,10 @@ __all__ = [
     'JointSample', 'JointStateParser', 'PoseParser', 'PoseSample', 'Reason',
     'RejectionCounter', 'Result', 'StampCheck', 'stamp_to_ns', 'time_msg', 'clock_msg',
     'joint_state_msg', 'PredictedTorquePublisher', 'pose_stamped_msg', 'planar_pose_msg',
-    'twist_msg', 'twist_stamped_msg', 'joy_msg', 'float64_array_msg',
+    'twist_msg', 'twist_stamped_msg', 'joy_msg', 'float64_array_msg', 'subscribe_commands',
 ]
+# The car command types a node may take on `command` (config field `command_type`).
+COMMAND_MESSAGES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
 
 
 def parse_or_warn(node: Node, parser, msg, what: str):
@@ -42,6 +44,20 @@ def parse_or_warn(node: Node, parser, msg, what: str):
     node.get_logger().warn(f'{what} rejected ({result.reason.value}: {result.detail})',
                            throttle_duration_sec=2.0)
     return None
+
+
+def subscribe_commands(node: Node, config, callback, **options) -> CarCommandParser:
+    """
+    Subscribe `command` in the type `config.command_type` names; return its parser.
+
+    `config` is a car node's config (command_type, throttle_axis, steering_axis,
+    throttle_scale, steering_scale). The parser leaves stamps to the caller's own checks.
+    """
+    node.create_subscription(COMMAND_MESSAGES[config.command_type], 'command', callback, 10,
+                             **options)
+    return CarCommandParser(CommandMapping(config.throttle_axis, config.steering_axis,
+                                           config.throttle_scale, config.steering_scale),
+                            check_stamps=False)
 
 
 def time_msg(stamp_ns: int) -> Time:
