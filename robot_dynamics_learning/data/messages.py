@@ -12,9 +12,10 @@ from collections import Counter
 from dataclasses import dataclass
 import enum
 import math
-from typing import Callable, Dict, Generic, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, ClassVar, Dict, Generic, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
+from robot_dynamics_learning.params import build_from, check_ranges, setting
 
 JOINT_STATE = 'sensor_msgs/msg/JointState'
 POSE_STAMPED = 'geometry_msgs/msg/PoseStamped'
@@ -416,21 +417,48 @@ class CommandMapping:
     steering in [-1, 1].
     """
 
-    throttle_axis: int = 1
-    steering_axis: int = 3
-    throttle_scale: float = 1.0
-    steering_scale: float = 1.0
+    throttle_axis: int = setting(1, 'Joy axis of the throttle', 0, 64)
+    steering_axis: int = setting(3, 'Joy axis of the steering', 0, 64)
+    throttle_scale: float = setting(1.0, 'throttle = throttle_scale * linear.x (or the Joy '
+                                    'axis); magnitude in [1e-3, 1e3]')
+    steering_scale: float = setting(1.0, 'steering = steering_scale * angular.z (or the Joy '
+                                    'axis); magnitude in [1e-3, 1e3]')
 
     def __post_init__(self) -> None:
         """Reject mappings that could only produce wrong commands."""
-        for name in ('throttle_axis', 'steering_axis'):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        check_ranges(self)
         for name in ('throttle_scale', 'steering_scale'):
             value = float(getattr(self, name))
             if not MIN_SCALE <= abs(value) <= 1.0 / MIN_SCALE:   # also refuses NaN
                 raise ValueError(f'{name} must have a magnitude in [{MIN_SCALE:g}, '
                                  f'{1.0 / MIN_SCALE:g}], got {value}')
+
+
+CAR_COMMAND_TYPES = ('twist', 'twist_stamped', 'joy')
+
+
+@dataclass(frozen=True)
+class CarCommandSettings(CommandMapping):
+    """
+    How a car node takes its `command` topic: the message type and the mapping.
+
+    The base of the car nodes' config classes (car_sim, car_state_estimator,
+    car_model_learner), so the five settings read the same in each.
+    """
+
+    command_types: ClassVar[Tuple[str, ...]] = CAR_COMMAND_TYPES
+    command_type: str = setting('twist', f'command message type: {list(CAR_COMMAND_TYPES)}')
+
+    def __post_init__(self) -> None:
+        """Refuse an unknown message type and a mapping that cannot work."""
+        super().__post_init__()
+        if self.command_type not in self.command_types:
+            raise ValueError(f'command_type must be one of {list(self.command_types)}, got '
+                             f'{self.command_type!r}')
+
+    def mapping(self) -> CommandMapping:
+        """Return the mapping alone."""
+        return build_from(CommandMapping, self)
 
 
 @dataclass(frozen=True)

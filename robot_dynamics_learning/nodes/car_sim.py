@@ -22,7 +22,7 @@ from robot_dynamics_learning.nodes.conversions import (parse_or_warn, planar_pos
                                                        subscribe_commands, time_msg)
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
-from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap, MocapNoise
+from robot_dynamics_learning.sim.car import car_step, CarParams, emulate_mocap
 from robot_dynamics_learning.sim.car_sim_params import CarSimConfig
 
 
@@ -36,8 +36,7 @@ class CarSimNode(Node):
         command_type = config.command_type
         self.rate = config.mocap_rate_hz
         self.params = CarParams(dt=1.0 / self.rate)
-        self.noise = MocapNoise(self.rate, config.position_std, config.yaw_std, config.dropout,
-                                config.jump_probability, config.jump_size)
+        self.noise = config.mocap_noise()
         self.rng = np.random.default_rng(config.seed)
         self.timeout = config.command_timeout_s
         self.frame_id = config.frame_id

@@ -13,9 +13,9 @@ from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
 from rclpy.node import Node
 from robot_dynamics_learning.data.messages import (
-    ArrayParser, CarCommand, CarCommandParser, CommandMapping, FieldNeed, JointSample,
-    JointStateParser, PoseParser, PoseSample, quaternion_from_yaw, Reason, RejectionCounter,
-    Result, stamp_to_ns, StampCheck)
+    ArrayParser, CarCommand, CarCommandParser, CarCommandSettings, CommandMapping, FieldNeed,
+    JointSample, JointStateParser, PoseParser, PoseSample, quaternion_from_yaw, Reason,
+    RejectionCounter, Result, stamp_to_ns, StampCheck)
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Float64MultiArray
@@ -46,18 +46,17 @@ def parse_or_warn(node: Node, parser, msg, what: str):
     return None
 
 
-def subscribe_commands(node: Node, config, callback, **options) -> CarCommandParser:
+def subscribe_commands(node: Node, config: CarCommandSettings, callback,
+                       **options) -> CarCommandParser:
     """
     Subscribe `command` in the type `config.command_type` names; return its parser.
 
-    `config` is a car node's config (command_type, throttle_axis, steering_axis,
-    throttle_scale, steering_scale). The parser leaves stamps to the caller's own checks.
+    `config`: a car node's config (`CarCommandSettings`). The parser leaves stamps to the
+    caller's own checks.
     """
     node.create_subscription(COMMAND_MESSAGES[config.command_type], 'command', callback, 10,
                              **options)
-    return CarCommandParser(CommandMapping(config.throttle_axis, config.steering_axis,
-                                           config.throttle_scale, config.steering_scale),
-                            check_stamps=False)
+    return CarCommandParser(config.mapping(), check_stamps=False)
 
 
 def time_msg(stamp_ns: int) -> Time:

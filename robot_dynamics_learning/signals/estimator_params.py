@@ -7,19 +7,24 @@ defaults suit car_sim's emulated mocap (a straight line over 0.08 s); a real Vic
 window_s 0.12 (docs/results_car.md section 8).
 """
 from dataclasses import dataclass
+from typing import ClassVar, Tuple
 
+from robot_dynamics_learning.data.messages import CAR_COMMAND_TYPES, CarCommandSettings
 from robot_dynamics_learning.params import check_ranges, setting, setting_of
 from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import YawModelConfig
 
-COMMAND_TYPES = ('', 'twist', 'twist_stamped', 'joy')
+COMMAND_TYPES = ('',) + CAR_COMMAND_TYPES
 _FIT = emulated_mocap_config()
 
 
 @dataclass(frozen=True)
-class CarStateEstimatorConfig:
+class CarStateEstimatorConfig(CarCommandSettings):
     """Parameters of car_state_estimator (config/car.yaml documents each one)."""
 
+    command_types: ClassVar[Tuple[str, ...]] = COMMAND_TYPES
+    command_type: str = setting('', f'car command message on `command`: {list(COMMAND_TYPES)}'
+                                ' (empty: no subscription, the yaw rate comes from the fit)')
     window_s: float = setting_of(MocapEstimatorConfig, 'window_s', _FIT.window_s)
     yaw_window_s: float = setting(0.0, 'causal fit window of the yaw (s); 0 = window_s', 0.0,
                                   1.0)
@@ -32,14 +37,6 @@ class CarStateEstimatorConfig:
     publish_rate_hz: float = setting(100.0, 'most estimates published per second (every pose '
                                      'is still filtered); 0 = one per accepted pose', 0.0,
                                      10000.0)
-    command_type: str = setting('', f'car command message on `command`: {list(COMMAND_TYPES)}'
-                                ' (empty: no subscription, the yaw rate comes from the fit)')
-    throttle_axis: int = setting(1, 'Joy axis of the throttle', 0, 64)
-    steering_axis: int = setting(3, 'Joy axis of the steering', 0, 64)
-    throttle_scale: float = setting(1.0, 'throttle = throttle_scale * linear.x (or the Joy '
-                                    'axis)')
-    steering_scale: float = setting(1.0, 'steering = steering_scale * angular.z (or the Joy '
-                                    'axis)')
     command_timeout_s: float = setting_of(YawModelConfig, 'command_timeout_s')
     steer_gain: float = setting_of(YawModelConfig, 'gain')
     steer_cubic: float = setting_of(YawModelConfig, 'cubic')
@@ -52,10 +49,8 @@ class CarStateEstimatorConfig:
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""
+        super().__post_init__()
         check_ranges(self)
-        if self.command_type not in COMMAND_TYPES:
-            raise ValueError(f'command_type must be one of {list(COMMAND_TYPES)}, got '
-                             f'{self.command_type!r}')
         self.mocap_config()
         self.yaw_model()
 

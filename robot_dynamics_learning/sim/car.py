@@ -195,12 +195,18 @@ class MocapNoise:
     loses a marker); jumps add `jump_size` m to the position for one frame.
     """
 
-    rate_hz: float = 240.0
-    position_std: float = 0.002
-    yaw_std: float = 0.01
-    dropout: float = 0.02
-    jump_probability: float = 0.0
-    jump_size: float = 0.5
+    rate_hz: float = setting(240.0, 'mocap frame rate (also the simulation step)', 10.0,
+                             1000.0)
+    position_std: float = setting(0.002, 'mocap position noise (m)', 0.0, 1.0)
+    yaw_std: float = setting(0.01, 'mocap yaw noise (rad)', 0.0, 1.0)
+    dropout: float = setting(0.02, 'probability that a mocap frame is lost', 0.0, 1.0)
+    jump_probability: float = setting(0.0, 'probability of a one-frame position jump', 0.0,
+                                      1.0)
+    jump_size: float = setting(0.5, 'size of a mocap jump (m)', 0.0, 10.0)
+
+    def __post_init__(self) -> None:
+        """Refuse values outside their ranges, naming them."""
+        check_ranges(self)
 
 
 def emulate_mocap(states: np.ndarray, noise: MocapNoise, rng: np.random.Generator

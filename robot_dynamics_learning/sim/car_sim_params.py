@@ -2,30 +2,21 @@
 from dataclasses import dataclass
 from typing import Tuple
 
-from robot_dynamics_learning.params import check_ranges, setting
-
-COMMAND_TYPES = ('twist', 'twist_stamped', 'joy')
+from robot_dynamics_learning.data.messages import CarCommandSettings
+from robot_dynamics_learning.params import check_ranges, setting, setting_of
+from robot_dynamics_learning.sim.car import MocapNoise
 
 
 @dataclass(frozen=True)
-class CarSimConfig:
-    """Parameters of car_sim (config/car.yaml documents each one)."""
+class CarSimConfig(CarCommandSettings):
+    """Parameters of car_sim (config/car.yaml documents each one); `command` as the base says."""
 
-    mocap_rate_hz: float = setting(240.0, 'mocap frame rate (also the simulation step)', 10.0,
-                                   1000.0)
-    position_std: float = setting(0.002, 'mocap position noise (m)', 0.0, 1.0)
-    yaw_std: float = setting(0.005, 'mocap yaw noise (rad)', 0.0, 1.0)
-    dropout: float = setting(0.02, 'probability that a mocap frame is lost', 0.0, 1.0)
-    jump_probability: float = setting(0.0, 'probability of a one-frame position jump', 0.0,
-                                      1.0)
-    jump_size: float = setting(0.5, 'size of a mocap jump (m)', 0.0, 10.0)
-    command_type: str = setting('twist', f'command message type: {list(COMMAND_TYPES)}')
-    throttle_axis: int = setting(1, 'Joy axis of the throttle')
-    steering_axis: int = setting(3, 'Joy axis of the steering')
-    throttle_scale: float = setting(1.0, 'throttle = throttle_scale * linear.x (or the Joy '
-                                    'axis)')
-    steering_scale: float = setting(1.0, 'steering = steering_scale * angular.z (or the Joy '
-                                    'axis)')
+    mocap_rate_hz: float = setting_of(MocapNoise, 'rate_hz')
+    position_std: float = setting_of(MocapNoise, 'position_std')
+    yaw_std: float = setting_of(MocapNoise, 'yaw_std', 0.005)
+    dropout: float = setting_of(MocapNoise, 'dropout')
+    jump_probability: float = setting_of(MocapNoise, 'jump_probability')
+    jump_size: float = setting_of(MocapNoise, 'jump_size')
     command_timeout_s: float = setting(0.5, 'zero command after this long without one (s)',
                                        0.01, 10.0)
     track_file: str = setting('', 'start on this track centre line at progress start_s '
@@ -38,9 +29,12 @@ class CarSimConfig:
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""
+        super().__post_init__()
         check_ranges(self)
-        if self.command_type not in COMMAND_TYPES:
-            raise ValueError(f'command_type must be one of {list(COMMAND_TYPES)}, got '
-                             f'{self.command_type!r}')
         if len(self.start_pose) != 3:
             raise ValueError(f'start_pose must be [x, y, yaw], got {list(self.start_pose)}')
+
+    def mocap_noise(self) -> MocapNoise:
+        """Return the emulated mocap's settings."""
+        return MocapNoise(self.mocap_rate_hz, self.position_std, self.yaw_std, self.dropout,
+                          self.jump_probability, self.jump_size)
