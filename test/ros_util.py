@@ -130,3 +130,14 @@ def watch_diagnostics(node: Node, node_name: str) -> Dict[str, str]:
                 latest.update({kv.key: kv.value for kv in status.values})
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
     return latest
+
+
+def estimator_probe(node: Node) -> tuple:
+    """Return car_state_estimator's twists (filled as they come), diagnostics, pose publisher."""
+    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from rclpy.qos import qos_profile_sensor_data
+    twists: list = []
+    counters = watch_diagnostics(node, 'car_state_estimator')
+    node.create_subscription(TwistStamped, 'car/twist', twists.append, qos_profile_sensor_data)
+    return twists, counters, node.create_publisher(PoseStamped, 'mocap_pose',
+                                                   qos_profile_sensor_data)

@@ -2,11 +2,10 @@
 import math
 import time
 
-from geometry_msgs.msg import PoseStamped, TwistStamped
+from geometry_msgs.msg import TwistStamped
 import pytest
-from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
-from ros_util import start_node, stop_node, TestNode, wait_for, watch_diagnostics
+from ros_util import estimator_probe, start_node, stop_node, TestNode, wait_for
 
 pytestmark = pytest.mark.ros
 
@@ -17,12 +16,7 @@ def test_estimator_uses_stamped_commands_and_rejects_bad_ones_over_dds(tmp_path)
                          log_path=log)
     try:
         with TestNode('estimator_command_probe') as probe:
-            twists = []
-            counters = watch_diagnostics(probe.node, 'car_state_estimator')
-            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
-                                           qos_profile_sensor_data)
-            poses = probe.node.create_publisher(PoseStamped, 'mocap_pose',
-                                                qos_profile_sensor_data)
+            twists, counters, poses = estimator_probe(probe.node)
             commands = probe.node.create_publisher(TwistStamped, 'command', 10)
             assert wait_for(lambda: poses.get_subscription_count() > 0
                             and commands.get_subscription_count() > 0, 20.0)

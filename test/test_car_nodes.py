@@ -18,8 +18,8 @@ from robot_dynamics_learning.control.car_training import (build_car_model, load_
                                                           save_car_model)
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
-from ros_util import (Arrivals, ROOT, start_node, stop_node, TestNode, wait_for,
-                      watch_diagnostics)
+from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, TestNode,
+                      wait_for, watch_diagnostics)
 
 pytestmark = pytest.mark.ros
 OVAL = str(ROOT / 'config' / 'tracks' / 'oval.yaml')
@@ -36,12 +36,7 @@ def test_estimator_smooths_and_rejects_bad_poses_over_dds(tmp_path):
     process = start_node('car_state_estimator', log_path=tmp_path / 'estimator.log')
     try:
         with TestNode('estimator_probe') as probe:
-            twists = []
-            counters = watch_diagnostics(probe.node, 'car_state_estimator')
-            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
-                                           qos_profile_sensor_data)
-            publisher = probe.node.create_publisher(PoseStamped, 'mocap_pose',
-                                                    qos_profile_sensor_data)
+            twists, counters, publisher = estimator_probe(probe.node)
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
             # Diagnostics come from the node's timer: once they arrive it is spinning, so no
             # pose is lost to a node still starting up (best-effort QoS, depth 5).

@@ -6,7 +6,7 @@ car_mpc's clock, the estimator's future stamps, the learner's bad checkpoints an
 import math
 import time
 
-from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
+from geometry_msgs.msg import PoseStamped, Twist
 import numpy as np
 import pytest
 from rcl_interfaces.msg import Parameter as ParameterMsg
@@ -17,8 +17,8 @@ from robot_dynamics_learning.control.car_training import build_car_model, save_c
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, tensor_checksum
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg
-from ros_util import (Arrivals, ROOT, start_node, stop_node, TestNode, wait_for,
-                      watch_diagnostics)
+from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, TestNode,
+                      wait_for, watch_diagnostics)
 import torch
 
 pytestmark = pytest.mark.ros
@@ -62,12 +62,7 @@ def test_f04_estimator_is_not_blinded_by_one_future_pose(tmp_path):
     process = start_node('car_state_estimator', log_path=log)
     try:
         with TestNode('estimator_future_probe') as probe:
-            twists = []
-            counters = watch_diagnostics(probe.node, 'car_state_estimator')
-            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
-                                           qos_profile_sensor_data)
-            publisher = probe.node.create_publisher(PoseStamped, 'mocap_pose',
-                                                    qos_profile_sensor_data)
+            twists, counters, publisher = estimator_probe(probe.node)
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
             assert wait_for(lambda: 'parser_accepted' in counters, 30.0), log.read_text()
             rate = 200.0
