@@ -115,6 +115,16 @@ def test_mpc_plans_forward_along_the_track_and_warm_starts(mpc):
     assert torch.allclose(shifted[:-1], torch.as_tensor(result.plan[1:], dtype=torch.float32))
 
 
+def test_mpc_brakes_instead_of_driving_the_wrong_way_round(mpc):
+    """After a spin the car faces backwards at speed: the plan would lap backwards."""
+    mpc.reset()
+    x, y, yaw = mpc.track.pose_at(2.0)
+    result = mpc.solve(np.array([x, y, yaw + math.pi, 1.7, 0.0, 0.0]))
+    assert not result.ok and result.reason == 'wrong_way'
+    assert np.array_equal(result.command, [0.0, 0.0])
+    assert mpc.solve(np.array([x, y, yaw, 1.7, 0.0, 0.0])).ok   # the right way: it drives
+
+
 def test_mpc_brakes_on_a_bad_state(mpc):
     result = mpc.solve(np.array([0.0, np.nan, 0.0, 0.0, 0.0, 0.0]))
     assert not result.ok and result.reason == 'bad_state'

@@ -14,8 +14,9 @@ projection, at batch 1); other models, `fast=False` and `compiled` use autograd 
 whole rollout (the reference path).
 The wrapper owns horizon, bounds, warm start and failure handling: a non-finite state, a
 failed optimisation or a plan that fails the safety checks (`plan_is_safe`: finite controls,
-cost and predicted states, speeds within max_speed, command inside the limits) gives the
-brake command with the reason. Over budget (`degrade`, the default) it degrades instead of
+cost and predicted states, speeds within max_speed, command inside the limits; and a plan
+that goes the wrong way round the track, `WRONG_WAY_M`) gives the brake command with the
+reason. Over budget (`degrade`, the default) it degrades instead of
 braking: the plan found so far is used (reason 'late'), and when the last tick showed that
 not even one iteration fits before the deadline, the shifted warm start itself (reason
 'warm_start'; never twice in a row, and never without a previous plan). With degrade off a
@@ -36,6 +37,9 @@ from robot_dynamics_learning.control.optimizer import (LineSearchOptimizer, Opti
 from robot_dynamics_learning.control.track import Track
 from robot_dynamics_learning.models.car_base import CarModel, integrate_poses
 import torch
+# A plan whose end lies this far (m) behind its start along the track drives the wrong way
+# round: the MPC brakes instead (`TrackMPC.goes_the_wrong_way`).
+WRONG_WAY_M = 0.25
 
 
 @dataclass(frozen=True)
@@ -347,6 +351,20 @@ class TrackMPC:
         self.reset()
         return time.perf_counter() - start
 
+    def goes_the_wrong_way(self, state: np.ndarray, predicted: torch.Tensor) -> bool:
+        """
+        Return True when the plan ends more than `WRONG_WAY_M` behind where it starts.
+
+        After a spin the car can face backwards; driving on is then cheap for the cost
+        (speed near the target, the track's width kept) while a U-turn inside the track is
+        out of reach of a local optimiser, so without this check the car laps the wrong way.
+        """
+        length = self.track.length
+        start = self.track.coordinates(state[:2])[0]
+        end = self.track.coordinates(predicted[-1, :2].double().numpy())[0]
+        progress = (end - start + length / 2) % length - length / 2
+        return progress < -WRONG_WAY_M
+
     def plan_is_safe(self, plan: torch.Tensor, predicted: torch.Tensor, cost: float) -> bool:
         """Return True for finite controls, cost and states with speeds within max_speed."""
         return bool(math.isfinite(cost) and torch.isfinite(plan).all()
@@ -435,6 +453,8 @@ class TrackMPC:
             return self._brake('non_finite_command', time.perf_counter() - start)
         if not self.plan_is_safe(plan, predicted, info.cost):
             return self._brake('unsafe_plan', time.perf_counter() - start)
+        if self.goes_the_wrong_way(state, predicted):
+            return self._brake('wrong_way', time.perf_counter() - start)
         self._plan = torch.clamp(plan, self.lower, self.upper)
         self._previous = torch.as_tensor(command, dtype=torch.float32)
         seconds = time.perf_counter() - start
