@@ -53,7 +53,7 @@ NODE_CONFIGS = {
     'arm_sim': 'sim.arm_sim_params.ArmSimConfig',
     'car_sim': 'sim.car_sim_params.CarSimConfig',
     'car_model_learner': 'learning.car_adaptation_params.CarModelLearnerConfig',
-    'car_state_estimator': 'signals.estimator_params.CarStateEstimatorConfig',
+    'car_state_estimator': 'control.car_estimator_params.CarStateEstimatorConfig',
     'mujoco_arm': 'sim.mujoco_arm_params.MujocoArmNodeConfig',
     'arm_controller': 'control.arm_controller_params.ArmControllerNodeConfig',
     'bag_player': 'data.bag_player_params.BagPlayerConfig',

@@ -7,6 +7,7 @@ import rclpy
 from rclpy.context import Context
 from rclpy.node import Node
 from robot_dynamics_learning.control.arm_controller_params import ArmControllerNodeConfig
+from robot_dynamics_learning.control.car_estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.data.bag_player_params import BagPlayerConfig
 from robot_dynamics_learning.learning import replay
@@ -18,7 +19,6 @@ from robot_dynamics_learning.learning.replay_evaluator_params import ReplayEvalu
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.params import (from_values, load_node_config, ros_parameters,
                                             SHARED_PARAMETERS)
-from robot_dynamics_learning.signals.estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.sim.arm_sim_params import ArmSimConfig
 from robot_dynamics_learning.sim.car_sim_params import CarSimConfig
 from robot_dynamics_learning.sim.mujoco_arm_params import MujocoArmNodeConfig

@@ -3,7 +3,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from robot_dynamics_learning.signals.estimator_params import CarStateEstimatorConfig
+from robot_dynamics_learning.control.car_estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.signals.mocap import MocapEstimator, MocapEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import (CommandedEstimator, fit_yaw_model,
                                                         YawKalmanFilter, YawModelConfig)

@@ -18,12 +18,13 @@ subscribers are not flooded at the mocap rate) `car/pose` (PoseStamped, smoothed
 rate (rad/s)), both with the mocap stamp. Rejections are counted per reason, logged and
 published on /diagnostics (keys parser_<reason>, rejected_<reason>, command_parser_<reason>,
 command_rejected_<reason>; fit_fallback counts poses answered by the fit) twice a second.
-Parameters: `CarStateEstimatorConfig` (signals/estimator_params.py).
+Parameters: `CarStateEstimatorConfig` (control/car_estimator_params.py).
 """
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.control.car_estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (parse_or_warn, planar_pose_msg,
                                                        PoseParser, subscribe_commands,
@@ -31,7 +32,6 @@ from robot_dynamics_learning.nodes.conversions import (parse_or_warn, planar_pos
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
-from robot_dynamics_learning.signals.estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import CommandedEstimator
 
 
