@@ -52,7 +52,7 @@ from robot_dynamics_learning.control.car_training import (DEFAULT_LR, fit_car_mo
                                                           fit_car_rollout, load_car_model,
                                                           train_car)
 from robot_dynamics_learning.control.demo_lap import DEFAULT_MODEL, DEFAULT_TRACK, drive_laps
-from robot_dynamics_learning.control.track import load_track_spec, Track
+from robot_dynamics_learning.control.track import LapCounter, load_track_spec, Track
 from robot_dynamics_learning.data.car_datasets import car_dataset
 from robot_dynamics_learning.data.datasets import load_rc_car, rc_car_files
 from robot_dynamics_learning.data.trajectory import Trajectory
@@ -190,9 +190,8 @@ def grip_limited_laps(friction: float, laps: float = 4.0, speed_share: float = 0
         / params.wheelbase
     state = np.zeros((1, 6))
     state[0, :3] = track.pose_at(0.0)
-    time_s, travelled, last_s = 0.0, 0.0, track.coordinates(state[0, :2])[0]
-    ends, lateral, slides, steps = [0.0], [0.0], 0, 0
-    while travelled < laps * track.length and time_s < 30.0 * laps:
+    time_s, counter, slides, steps = 0.0, LapCounter(track, state[0, :2]), 0, 0
+    while counter.laps < laps and time_s < 30.0 * laps:
         s = track.coordinates(state[0, :2])[0]
         x, y, yaw, vx = state[0, :4]
         goal = track.pose_at((s + lookahead) % track.length)
@@ -209,16 +208,10 @@ def grip_limited_laps(friction: float, laps: float = 4.0, speed_share: float = 0
         slides += int(slipping.any())
         steps += 1
         time_s += params.dt
-        s_new, offset = track.coordinates(state[0, :2])
-        travelled += (s_new - last_s + track.length / 2) % track.length - track.length / 2
-        last_s = s_new
-        lateral[-1] = max(lateral[-1], abs(offset))
-        if travelled >= len(ends) * track.length:
-            ends.append(time_s)
-            lateral.append(0.0)
+        counter.update(time_s, state[0, :2])
     return {'friction_factor': friction, 'turn_speed_mps': turn_speed,
-            'straight_speed_mps': straight_speed, 'lap_times_s': np.diff(ends).tolist(),
-            'lap_max_lateral_m': lateral[:len(ends) - 1], 'slipping_share': slides / steps}
+            'straight_speed_mps': straight_speed, 'lap_times_s': counter.lap_times(),
+            'lap_max_lateral_m': counter.lap_max_lateral(), 'slipping_share': slides / steps}
 
 
 def limit() -> dict:

@@ -17,8 +17,8 @@ from robot_dynamics_learning.control.optimizer import (LineSearchOptimizer, make
                                                        OptimizerConfig)
 from robot_dynamics_learning.control.refine import refine_on_scenarios, REST_S, scenario_drives
 from robot_dynamics_learning.control.scenarios import SCENARIOS
-from robot_dynamics_learning.control.track import load_track_spec, stadium_waypoints, Track, \
-    TrackSpec
+from robot_dynamics_learning.control.track import (LapCounter, load_track_spec,
+                                                   stadium_waypoints, Track, TrackSpec)
 from robot_dynamics_learning.models.car_mlp import FusedRollout
 import torch
 
@@ -83,6 +83,21 @@ def test_track_coordinates():
     s_t, lateral_t = Track.project(torch.tensor(left, dtype=torch.float32)[None], window)
     assert float(lateral_t) == pytest.approx(0.3, abs=0.01)
     assert float(s_t) == pytest.approx(5 * track.spec.spacing, abs=0.03)
+
+
+def test_lap_counter_counts_whole_laps_only_and_loses_progress_driven_backwards():
+    track = Track(load_track_spec(OVAL))
+    counter = LapCounter(track, np.array(track.pose_at(0.0)[:2]))
+    steps = np.linspace(0.0, 2.5 * track.length, 1001)[1:]
+    for i, s in enumerate(steps):   # 2.5 laps at 1 m/s, 0.1 m off the centre line
+        x, y, yaw = track.pose_at(s)
+        counter.update(s, np.array([x - 0.1 * math.sin(yaw), y + 0.1 * math.cos(yaw)]))
+    assert counter.laps == pytest.approx(2.5, abs=0.01)
+    np.testing.assert_allclose(counter.lap_times(), [track.length] * 2, rtol=0.01)
+    np.testing.assert_allclose(counter.lap_max_lateral(), [0.1, 0.1], atol=0.01)
+    for s in steps[::-1][:400]:   # back along the last metres: progress is lost again
+        counter.update(3 * track.length, np.array(track.pose_at(s)[:2]))
+    assert counter.laps < 2.5 - 0.9 * 400 / 1000 * 2.5 and len(counter.lap_times()) == 2
 
 
 def test_bad_tracks_are_rejected(tmp_path):

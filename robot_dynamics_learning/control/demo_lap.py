@@ -14,7 +14,7 @@ import numpy as np
 from robot_dynamics_learning.control.car_training import load_car_model
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
 from robot_dynamics_learning.control.optimizer import make_optimizer
-from robot_dynamics_learning.control.track import load_track_spec, Track
+from robot_dynamics_learning.control.track import LapCounter, load_track_spec, Track
 from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimator
 from robot_dynamics_learning.sim.car import (car_step, CarParams, emulate_mocap,
@@ -99,12 +99,11 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
     estimator = MocapEstimator(emulated_mocap_config())
     log = {'time': [], 'state': [], 'command': [], 'lateral': [], 'solve_s': [],
            'iterations': [], 'late': [], 'brake': []}
-    lap_ends, lap_lateral = [0.0], [0.0]
-    travelled, last_s, sim_time = 0.0, track.coordinates(state[0, :2])[0], 0.0
+    counter, sim_time = LapCounter(track, state[0, :2]), 0.0
     command = np.zeros(2)
     bar = tqdm(total=round(max_time_s), disable=not progress, desc='lap', unit='sim s',
                mininterval=1.0)
-    while travelled < laps * track.length and sim_time < max_time_s:
+    while counter.laps < laps and sim_time < max_time_s:
         estimate = estimator.estimate()
         if estimate is not None:
             result = mpc.solve(estimate.state)
@@ -124,33 +123,27 @@ def drive_laps(model_path: Path = DEFAULT_MODEL, track_path: Path = DEFAULT_TRAC
             valid, pose = emulate_mocap(state, noise, rng)
             if valid[0]:
                 estimator.update(sim_time, *pose[0])
-        s, lateral = track.coordinates(state[0, :2])
-        travelled += (s - last_s + track.length / 2) % track.length - track.length / 2
-        last_s = s
-        lap_lateral[-1] = max(lap_lateral[-1], abs(lateral))
-        if travelled >= len(lap_ends) * track.length:
-            lap_ends.append(sim_time)
-            lap_lateral.append(0.0)
+        lateral = counter.update(sim_time, state[0, :2])
         log['time'].append(sim_time)
         log['state'].append(state[0].copy())
         log['command'].append(command.copy())
         log['lateral'].append(lateral)
         bar.update(int(sim_time) - bar.n)
-        bar.set_postfix_str(f'{travelled / track.length:.2f} laps', refresh=False)
+        bar.set_postfix_str(f'{counter.laps:.2f} laps', refresh=False)
     bar.close()
     arrays = {k: np.asarray(v) for k, v in log.items()}
     lateral = np.abs(arrays['lateral'])
     return {
-        'laps': float(travelled / track.length),
-        'lap_time_s': float(sim_time / max(travelled / track.length, 1e-9)),
-        'sim_time_s': float(sim_time), 'completed': bool(travelled >= laps * track.length),
+        'laps': float(counter.laps),
+        'lap_time_s': float(sim_time / max(counter.laps, 1e-9)),
+        'sim_time_s': float(sim_time), 'completed': bool(counter.laps >= laps),
         'max_lateral_m': float(lateral.max()), 'half_width_m': track.half_width,
         'left_track': bool(lateral.max() > track.half_width),
         'mean_speed_mps': float(np.mean(np.hypot(arrays['state'][:, 3], arrays['state'][:, 4]))),
         'budget_misses': int(np.sum(arrays['solve_s'] > mpc.config.budget_s)),
         'late_ticks': int(np.sum(arrays['late'])), 'brakes': int(np.sum(arrays['brake'])),
-        'lap_times_s': np.diff(lap_ends).tolist(),
-        'lap_max_lateral_m': lap_lateral[:len(lap_ends) - 1],
+        'lap_times_s': counter.lap_times(),
+        'lap_max_lateral_m': counter.lap_max_lateral(),
         'ticks': int(len(arrays['solve_s'])), 'solver': solver,
         'solve_ms_p50': float(np.percentile(arrays['solve_s'], 50) * 1e3),
         'solve_ms_p99': float(np.percentile(arrays['solve_s'], 99) * 1e3),

@@ -199,3 +199,44 @@ class Track:
         along = float(np.clip(rel @ self.tangents[k], 0.0, self.seg_length[k]))
         lateral = float(rel[1] * self.tangents[k, 0] - rel[0] * self.tangents[k, 1])
         return (self.s[k] + along) % self.length, lateral
+
+
+class LapCounter:
+    """
+    Distance driven along a track, the time each lap ended and each lap's largest |lateral|.
+
+    Progress is summed step by step (wrapped to the nearest way round), so a car that drives
+    backwards loses it and a lap counts only once the whole length is covered.
+    """
+
+    def __init__(self, track: Track, xy: np.ndarray) -> None:
+        self.track = track
+        self.travelled = 0.0
+        self._last_s = track.coordinates(xy)[0]
+        self.ends = [0.0]           # time (s) of the start and of every completed lap
+        self.max_lateral = [0.0]    # per lap, the running one last (m)
+
+    @property
+    def laps(self) -> float:
+        """Return the laps driven (fractional)."""
+        return self.travelled / self.track.length
+
+    def update(self, time_s: float, xy: np.ndarray) -> float:
+        """Account for the car at xy (2,) at time_s; return its lateral offset (m)."""
+        s, lateral = self.track.coordinates(xy)
+        length = self.track.length
+        self.travelled += (s - self._last_s + length / 2) % length - length / 2
+        self._last_s = s
+        self.max_lateral[-1] = max(self.max_lateral[-1], abs(lateral))
+        if self.travelled >= len(self.ends) * length:
+            self.ends.append(time_s)
+            self.max_lateral.append(0.0)
+        return lateral
+
+    def lap_times(self) -> list:
+        """Return the duration (s) of every completed lap."""
+        return np.diff(self.ends).tolist()
+
+    def lap_max_lateral(self) -> list:
+        """Return the largest |lateral| (m) of every completed lap."""
+        return self.max_lateral[:len(self.ends) - 1]
