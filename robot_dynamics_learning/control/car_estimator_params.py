@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Tuple
 
 from robot_dynamics_learning.data.messages import CAR_COMMAND_TYPES, CarCommandSettings
-from robot_dynamics_learning.params import check_ranges, setting, setting_of
+from robot_dynamics_learning.params import build_from, check_ranges, setting, setting_of
 from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import YawModelConfig
 
@@ -56,10 +56,7 @@ class CarStateEstimatorConfig(CarCommandSettings):
 
     def mocap_config(self) -> MocapEstimatorConfig:
         """Return the settings of the position and yaw fit."""
-        return MocapEstimatorConfig(
-            window_s=self.window_s, yaw_window_s=self.yaw_window_s or None, order=self.order,
-            min_samples=self.min_samples, max_speed=self.max_speed,
-            jump_margin=self.jump_margin, relock_after=self.relock_after)
+        return build_from(MocapEstimatorConfig, self, yaw_window_s=self.yaw_window_s or None)
 
     def yaw_model(self) -> YawModelConfig:
         """Return the command-driven yaw filter's settings."""

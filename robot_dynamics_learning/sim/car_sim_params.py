@@ -3,7 +3,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from robot_dynamics_learning.data.messages import CarCommandSettings
-from robot_dynamics_learning.params import check_ranges, setting, setting_of
+from robot_dynamics_learning.params import build_from, check_ranges, setting, setting_of
 from robot_dynamics_learning.sim.car import MocapNoise
 
 
@@ -36,5 +36,4 @@ class CarSimConfig(CarCommandSettings):
 
     def mocap_noise(self) -> MocapNoise:
         """Return the emulated mocap's settings."""
-        return MocapNoise(self.mocap_rate_hz, self.position_std, self.yaw_std, self.dropout,
-                          self.jump_probability, self.jump_size)
+        return build_from(MocapNoise, self, rate_hz=self.mocap_rate_hz)
