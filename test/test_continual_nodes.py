@@ -14,7 +14,14 @@ import numpy as np
 import psutil
 import pytest
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, load_checkpoint
+from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, Published,
+                                                        StreamingPredictor)
+from robot_dynamics_learning.learning.learner_params import TorquePredictorConfig
+from robot_dynamics_learning.learning.prequential import (saved_variance_scale,
+                                                          VARIANCE_SCALE_KEY)
+from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
+from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from ros_util import matched_publishers, start_node, stop_node, TestNode, wait_for
 from sensor_msgs.msg import JointState
 import torch
@@ -156,6 +163,54 @@ def test_learner_counts_bad_messages_and_predicts_every_accepted_one(tmp_path):
     loaded = CheckpointDirectory(tmp_path).load_latest(NAMES, 'lstm')
     assert all(torch.isfinite(v).all() for v in loaded.model.state_dict().values())
     assert loaded.metadata['steps'] > 0
+    # ... with the calibration scale of the published std, measured on the scored samples.
+    scale, why = saved_variance_scale(loaded.metadata, len(NAMES))
+    assert scale is not None, why
+    assert not np.allclose(scale, 1.0)
+
+
+def test_predictor_publishes_the_std_calibrated_by_the_checkpoint_scale(tmp_path):
+    """Messages without efforts: the std is the model's own times sqrt(the saved scale)."""
+    torch.manual_seed(0)
+    model = build_model('lstm', {'hidden_size': 8}, 9, 3, 3)
+    scale = np.array([4.0, 9.0, 0.25])
+    CheckpointDirectory(tmp_path).save(model, NAMES, {'steps': 1,
+                                                      VARIANCE_SCALE_KEY: scale.tolist()})
+    log = tmp_path / 'predictor.log'
+    process = start_node('torque_predictor', {'checkpoint_dir': str(tmp_path),
+                                              'accel_window': 5, 'diagnostics_period_s': 0.3},
+                         log_path=log)
+    messages = []
+    for k in range(40):
+        msg = good_sample(k, 10**9 + k * 2_000_000)
+        msg.effort = []
+        messages.append(msg)
+    try:
+        with TestNode() as test_node:
+            probe = Probe(test_node, 'torque_predictor')
+            stds = []
+            test_node.node.create_subscription(
+                JointState, '/torque_predictor/predicted_torques_std', stds.append, 1000)
+            assert probe.wait_ready(), log.read_text()
+            for k, msg in enumerate(messages):
+                probe.send(msg, expect_prediction=k >= 4)
+            assert wait_for(lambda: len(stds) == len(probe.predictions) == 36, 10), log.read_text()
+        assert process.poll() is None
+    finally:
+        stop_node(process)
+    # The same stream through the same core offline, uncalibrated.
+    loaded = load_checkpoint(CheckpointDirectory(tmp_path).paths()[-1], NAMES)
+    stream = InverseDynamicsStream(3, CausalDifferentiator(3, window=5))
+    predictor = StreamingPredictor(lambda: Published(1, loaded.model), 9, 3,
+                                   TorquePredictorConfig.history_size)
+    own = []
+    for msg in messages:
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        features = stream.sample(stamp, np.array(msg.position), np.array(msg.velocity), None)
+        if features is not None:
+            own.append(np.sqrt(predictor.predict(features[0], features[1])[1]))
+    np.testing.assert_allclose([list(m.effort) for m in stds], np.sqrt(scale) * np.array(own),
+                               rtol=1e-4)
 
 
 def stream(probe: Probe, count: int, start_stamp: int) -> int:

@@ -15,6 +15,7 @@ from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.checkpoint import (CheckpointDirectory, load_checkpoint,
                                                          save_to_directory)
 from robot_dynamics_learning.learning.continual import LearnerConfig, TrainerConfig
+from robot_dynamics_learning.learning.prequential import VARIANCE_SCALE_KEY
 from robot_dynamics_learning.learning.trainer_process import (ProcessConfig, ProcessLearner,
                                                               to_numpy, to_torch)
 from robot_dynamics_learning.models.lstm import LSTMState
@@ -81,6 +82,9 @@ def test_child_trains_hands_over_weights_and_writes_the_final_checkpoint(tmp_pat
     assert len(paths) == 1
     loaded = load_checkpoint(paths[0], NAMES)
     assert loaded.metadata['steps'] == learner.diagnostics()['train_steps'] > 0
+    # The calibration scale lives in the parent; the child saves the newest one it was sent.
+    assert loaded.metadata[VARIANCE_SCALE_KEY] == learner.calibration.scale.tolist()
+    assert learner.calibration.scale.tolist() != [1.0, 1.0]
     for value in loaded.model.state_dict().values():
         assert torch.isfinite(value).all()
 

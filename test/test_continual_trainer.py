@@ -6,7 +6,8 @@ import pytest
 from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.continual import (ContinualLearner, LearnerConfig,
                                                         TrainerConfig)
-from robot_dynamics_learning.learning.prequential import PrequentialError
+from robot_dynamics_learning.learning.prequential import (PrequentialError, saved_variance_scale,
+                                                          VARIANCE_SCALE_KEY, VarianceCalibration)
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
 import torch
@@ -181,7 +182,6 @@ def test_normalisation_is_refitted_once_when_a_robot_at_rest_starts_moving():
 
 def test_variance_calibration_scales_to_the_prequential_squared_errors():
     """A model that claims variance 1 where its errors have variance 4 publishes 4 soon."""
-    from robot_dynamics_learning.learning.prequential import VarianceCalibration
     rng = np.random.default_rng(0)
     calibration = VarianceCalibration(2, window=500, min_samples=50)
     np.testing.assert_array_equal(calibration.apply(np.ones(2)), np.ones(2))  # not yet scored
@@ -191,3 +191,32 @@ def test_variance_calibration_scales_to_the_prequential_squared_errors():
     for _ in range(500):   # the errors shrink: the newest window counts, not the whole past
         calibration.update(rng.normal(0.0, [0.5, 0.5]), np.ones(2))
     np.testing.assert_allclose(calibration.apply(np.ones(2)), [0.25, 0.25], rtol=0.2)
+
+
+def test_calibration_starts_from_a_saved_prior_and_checkpoints_carry_the_scale():
+    """A resumed learner publishes the saved scale until it has scored min_samples itself."""
+    prior = np.array([4.0, 0.25])
+    calibration = VarianceCalibration(2, window=500, min_samples=50, prior=prior)
+    np.testing.assert_array_equal(calibration.apply(np.ones(2)), prior)
+    for _ in range(49):
+        calibration.update(np.ones(2), np.ones(2))
+    np.testing.assert_array_equal(calibration.scale, prior)
+    calibration.update(np.ones(2), np.ones(2))
+    np.testing.assert_allclose(calibration.scale, [1.0, 1.0])
+    calibration.set_prior(prior)   # after min_samples its own measurement wins
+    np.testing.assert_allclose(calibration.scale, [1.0, 1.0])
+    saved = []
+    learner = make_learner(save=lambda model, meta: saved.append(meta), updates_per_sample=0.5)
+    learner.calibration.set_prior(prior)
+    stream(learner, 60)
+    learner.trainer.train_pending()
+    learner.trainer.checkpoint_now()
+    assert saved[-1][VARIANCE_SCALE_KEY] == prior.tolist()
+    assert saved_variance_scale(saved[-1], 2)[0].tolist() == prior.tolist()
+
+
+@pytest.mark.parametrize('value', [None, [1.0], [1.0, float('nan')], [1.0, -2.0], ['a', 1.0],
+                                   [[1.0, 2.0]]])
+def test_a_saved_scale_that_cannot_be_right_is_refused_with_a_reason(value):
+    scale, why = saved_variance_scale({} if value is None else {VARIANCE_SCALE_KEY: value}, 2)
+    assert scale is None and 'variance_scale' in why

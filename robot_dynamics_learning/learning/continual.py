@@ -29,7 +29,8 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 import numpy as np
 from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
-from robot_dynamics_learning.learning.prequential import PrequentialError, VarianceCalibration
+from robot_dynamics_learning.learning.prequential import (PrequentialError, VARIANCE_SCALE_KEY,
+                                                          VarianceCalibration)
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.params import check_ranges, setting
 import torch
@@ -484,6 +485,12 @@ def save_with_physics(save: SaveFunction, physics: Any, model: DynamicsModel,
     return save(model, metadata)
 
 
+def save_with_variance_scale(save: SaveFunction, scale: Callable[[], np.ndarray],
+                             model: DynamicsModel, metadata: dict) -> object:
+    """Checkpoint with the newest calibration scale (`VarianceCalibration`) in the metadata."""
+    return save(model, {**metadata, VARIANCE_SCALE_KEY: [float(v) for v in scale()]})
+
+
 @dataclass(frozen=True)
 class LearnerConfig:
     """Buffer and trainer settings of a `ContinualLearner`."""
@@ -505,8 +512,12 @@ class ContinualLearner:
     def __init__(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
                  config: LearnerConfig, rng: np.random.Generator,
                  save: Optional[SaveFunction] = None, fit_normalization: bool = True,
-                 start_step: int = 0) -> None:
+                 start_step: int = 0, variance_scale: Optional[np.ndarray] = None) -> None:
         self.config = config
+        # The published variance's calibration (a resumed learner starts from the saved one);
+        # every checkpoint stores the scale of its time for prediction-only nodes.
+        self.calibration = VarianceCalibration(n_target, config.trainer.prequential_window,
+                                               prior=variance_scale)
         # A hybrid model splits off its physics (rigid body + online payload estimate): the
         # new residual model then learns tau - physics, stored with the payload estimate of
         # its time.
@@ -520,13 +531,18 @@ class ContinualLearner:
                                             config.buffer.window)
         self.trainer.history = self.predictor.history
         self.prequential = PrequentialError(n_target, config.trainer.prequential_window)
-        self.calibration = VarianceCalibration(n_target, config.trainer.prequential_window)
         self._n_act = n_act
+
+    def _variance_scale(self) -> np.ndarray:
+        """Return the calibration scale (a copy: the trainer may save from another thread)."""
+        return self.calibration.scale.copy()
 
     def _make_trainer(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
                       rng: np.random.Generator, save: Optional[SaveFunction],
                       fit_normalization: bool, start_step: int) -> Any:
         """Return the trainer: a `ContinualTrainer` thread on a local buffer."""
+        if save is not None:
+            save = functools.partial(save_with_variance_scale, save, self._variance_scale)
         if self.physics is not None and save is not None:
             save = functools.partial(save_with_physics, save, self.physics)
         self.buffer = StreamingBuffer(n_obs, n_act, n_target, self.config.buffer, rng)

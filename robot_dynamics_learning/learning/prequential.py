@@ -13,6 +13,9 @@ target seen so far (Welford's running estimate), not only the window's: on real 
 often rests for seconds, and a near-zero window variance would blow its ratio up. Bounded
 memory: one ring array and running moments.
 """
+import math
+from typing import Any, Mapping, Optional, Tuple
+
 import numpy as np
 
 
@@ -70,10 +73,14 @@ class VarianceCalibration:
     variance then has the mean squared error of its own predictions (the Gaussian NLL's
     optimum for a fixed shape), while its own shape (rising outside the training range, an
     ac-RKN's decoded variance) is kept. Causal: a prediction is scaled by the errors of the
-    samples before it. Scale 1 before `min_samples` (at most `window`); bounded to [1e-6, 1e6].
+    samples before it. Before `min_samples` (at most `window`) the scale is the prior: 1, or
+    the one a checkpoint saved (`prior`, `set_prior`), so a restarted learner or a
+    prediction-only node publishes the calibrated std from its first message. Bounded to
+    [1e-6, 1e6].
     """
 
-    def __init__(self, n_target: int, window: int = 5000, min_samples: int = 200) -> None:
+    def __init__(self, n_target: int, window: int = 5000, min_samples: int = 200,
+                 prior: Optional[np.ndarray] = None) -> None:
         if window < 1 or min_samples < 1:
             raise ValueError(f'window and min_samples must be >= 1, got {window}, {min_samples}')
         self._squared_error = np.zeros((window, n_target))
@@ -82,6 +89,17 @@ class VarianceCalibration:
         self._count = 0
         self._min_samples = min(min_samples, window)
         self.scale = np.ones(n_target)
+        if prior is not None:
+            self.set_prior(prior)
+
+    def set_prior(self, prior: np.ndarray) -> None:
+        """Use `prior` (n_target,) as the scale until `min_samples` errors were scored."""
+        prior = np.asarray(prior, dtype=float)
+        if prior.shape != self.scale.shape:
+            raise ValueError(f'prior scale must have shape {self.scale.shape}, got '
+                             f'{prior.shape}')
+        if self._count < self._min_samples:
+            self.scale = np.clip(prior, 1e-6, 1e6)
 
     def update(self, error: np.ndarray, variance: np.ndarray) -> None:
         """Record one scored prediction: its error and the model's own (unscaled) variance."""
@@ -100,6 +118,29 @@ class VarianceCalibration:
     def apply(self, variance: np.ndarray) -> np.ndarray:
         """Return the calibrated variance (same units)."""
         return variance * self.scale
+
+
+VARIANCE_SCALE_KEY = 'variance_scale'   # checkpoint metadata: the calibration scale at saving
+
+
+def saved_variance_scale(metadata: Mapping[str, Any], n_target: int
+                         ) -> Tuple[Optional[np.ndarray], str]:
+    """
+    Return (the calibration scale a checkpoint saved, '') or (None, why it is not used).
+
+    Absent in checkpoints of models without variance or from before it was saved; a value
+    that is not n_target finite positive numbers is refused rather than published.
+    """
+    value = metadata.get(VARIANCE_SCALE_KEY)
+    if value is None:
+        return None, 'no variance_scale in the checkpoint'
+    try:
+        scale = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return None, f'variance_scale is not numeric: {value!r}'
+    if scale.shape != (n_target,) or not all(math.isfinite(v) and v > 0 for v in scale):
+        return None, f'variance_scale must be {n_target} finite positive numbers, got {value!r}'
+    return scale, ''
 
 
 class LatencyLog:

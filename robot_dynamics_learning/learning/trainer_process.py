@@ -37,6 +37,7 @@ from robot_dynamics_learning.learning.checkpoint import checkpoint_payload, mode
 from robot_dynamics_learning.learning.continual import (ContinualLearner, ContinualTrainer,
                                                         LearnerConfig, ObservationHistory,
                                                         Published, save_with_physics,
+                                                        save_with_variance_scale,
                                                         SaveFunction, trainer_stats)
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.params import check_ranges, setting
@@ -85,7 +86,12 @@ class _ChildSpec:
 # The messages between parent and child (pickled through multiprocessing queues).
 @dataclass(frozen=True)
 class SampleBlock:
-    """Parent -> child: samples in arrival order; `physics_state` the newest payload estimate."""
+    """
+    Parent -> child: samples in arrival order, and what the parent keeps for checkpoints.
+
+    physics_state: the newest payload estimate (hybrid); variance_scale: the newest
+    calibration scale of the published variance (`VarianceCalibration`).
+    """
 
     stamps: np.ndarray
     observations: np.ndarray
@@ -93,6 +99,7 @@ class SampleBlock:
     targets: np.ndarray
     has_target: np.ndarray
     physics_state: Optional[np.ndarray]
+    variance_scale: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
@@ -150,8 +157,8 @@ def _map_nested(function: Callable[[Any], Any], value: Any) -> Any:
     return value
 
 
-class _PhysicsState:
-    """The newest payload estimate the parent sent: what a hybrid checkpoint stores."""
+class _Latest:
+    """The newest value the parent sent (payload estimate, calibration scale) for checkpoints."""
 
     def __init__(self, value: np.ndarray) -> None:
         self.value = value
@@ -180,8 +187,10 @@ class SampleForwarder:
         self._has_target = np.zeros(size, bool)
         self._count = 0
         self._oldest = 0.0
-        # The hybrid's payload estimate (lives here, goes with each block for checkpoints).
+        # What lives here and goes with each block for checkpoints: the hybrid's payload
+        # estimate and the calibration scale.
         self.physics_state: Optional[Callable[[], np.ndarray]] = None
+        self.variance_scale: Optional[Callable[[], np.ndarray]] = None
 
     def add(self, stamp: float, observation: np.ndarray, action: np.ndarray,
             target: Optional[np.ndarray]) -> None:
@@ -207,9 +216,10 @@ class SampleForwarder:
         if not k:
             return
         physics = None if self.physics_state is None else self.physics_state()
+        scale = None if self.variance_scale is None else self.variance_scale()
         self._queue.put(SampleBlock(self._stamp[:k].copy(), self._obs[:k].copy(),
                                     self._act[:k].copy(), self._target[:k].copy(),
-                                    self._has_target[:k].copy(), physics))
+                                    self._has_target[:k].copy(), physics, scale))
         self._count = 0
 
     def reset(self) -> None:
@@ -317,10 +327,13 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: An
     torch.set_num_threads(spec.process.threads)
     model = model_from_payload(spec.payload, source='trainer hand-over')[0]
     physics = None
+    scale = _Latest(np.ones(spec.n_target))
     save = spec.save
+    if save is not None:
+        save = functools.partial(save_with_variance_scale, save, scale.state)
     if spec.split_physics:
         split = model.split_physics()
-        model, physics = split.residual, _PhysicsState(split.physics.state())
+        model, physics = split.residual, _Latest(split.physics.state())
         if save is not None:
             save = functools.partial(save_with_physics, save, physics)
     buffer = StreamingBuffer(spec.n_obs, spec.n_act, spec.n_target, spec.config.buffer,
@@ -349,7 +362,12 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: An
                 continue
             if isinstance(message, SampleBlock):
                 if not stop_requested.is_set():
-                    _store(message, buffer, history, physics)
+                    _store(message, buffer, history)
+                # Skipped samples or not, the final checkpoint keeps the newest values.
+                if physics is not None and message.physics_state is not None:
+                    physics.value = message.physics_state
+                if message.variance_scale is not None:
+                    scale.value = message.variance_scale
             elif isinstance(message, SegmentBreak):
                 buffer.reset()
                 history.reset()
@@ -370,16 +388,13 @@ def _child_main(spec: _ChildSpec, samples: Any, results: Any, stop_requested: An
     results.put(StatsReport(trainer_stats(trainer, buffer), final=True))
 
 
-def _store(block: SampleBlock, buffer: StreamingBuffer, history: ObservationHistory,
-           physics: Optional[_PhysicsState]) -> None:
+def _store(block: SampleBlock, buffer: StreamingBuffer, history: ObservationHistory) -> None:
     """Append one block of samples to the child's buffer and history mirror."""
     for k in range(block.stamps.shape[0]):
         history.append(block.observations[k], block.actions[k])
         if block.has_target[k]:
             buffer.append(float(block.stamps[k]), block.observations[k], block.actions[k],
                           block.targets[k])
-    if physics is not None and block.physics_state is not None:
-        physics.value = block.physics_state
 
 
 class ProcessLearner(ContinualLearner):
@@ -394,10 +409,11 @@ class ProcessLearner(ContinualLearner):
     def __init__(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
                  config: LearnerConfig, rng: np.random.Generator,
                  save: Optional[SaveFunction] = None, fit_normalization: bool = True,
-                 start_step: int = 0, process: ProcessConfig = ProcessConfig()) -> None:
+                 start_step: int = 0, process: ProcessConfig = ProcessConfig(),
+                 variance_scale: Optional[np.ndarray] = None) -> None:
         self.process_config = process
         super().__init__(model, n_obs, n_act, n_target, config, rng, save, fit_normalization,
-                         start_step)
+                         start_step, variance_scale)
 
     def _make_trainer(self, model: DynamicsModel, n_obs: int, n_act: int, n_target: int,
                       rng: np.random.Generator, save: Optional[SaveFunction],
@@ -407,6 +423,7 @@ class ProcessLearner(ContinualLearner):
                                  split_physics=self.physics is not None)
         if self.physics is not None:
             trainer.forwarder.physics_state = self.physics.state
+        trainer.forwarder.variance_scale = self._variance_scale
         return trainer
 
     def _store(self, stamp: float, observation: np.ndarray, action: np.ndarray,

@@ -36,7 +36,8 @@ from robot_dynamics_learning.learning.continual import ContinualLearner, Inverse
 from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
                                                              model_config_class,
                                                              model_settings, URDF_MODELS)
-from robot_dynamics_learning.learning.prequential import LatencyLog, Recorder
+from robot_dynamics_learning.learning.prequential import (LatencyLog, Recorder,
+                                                          saved_variance_scale)
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
@@ -135,7 +136,7 @@ class DynamicsLearnerNode(ManagedNode):
         n = len(names)
         self.joint_names = names
         torch.manual_seed(params.seed)
-        model, start_step, fitted = None, 0, False
+        model, start_step, fitted, variance_scale = None, 0, False, None
         if params.checkpoint_dir:
             self.checkpoints = CheckpointDirectory(params.checkpoint_dir,
                                                    params.keep_checkpoints)
@@ -144,7 +145,10 @@ class DynamicsLearnerNode(ManagedNode):
                     loaded = self.checkpoints.load_latest(names, self.model_type)
                     model, fitted = loaded.model, True
                     start_step = int(loaded.metadata.get('steps', 0))
-                    self.get_logger().info(f'resumed from {loaded.path} (step {start_step})')
+                    variance_scale, why = saved_variance_scale(loaded.metadata, n)
+                    self.get_logger().info(f'resumed from {loaded.path} (step {start_step})'
+                                           + (f'; variance calibration restarts: {why}'
+                                              if variance_scale is None else ''))
                 except ValueError as error:
                     self.get_logger().error(f'cannot resume, starting fresh: {error}')
         if model is None:
@@ -166,11 +170,13 @@ class DynamicsLearnerNode(ManagedNode):
                 start_step=start_step,
                 process=ProcessConfig(nice=params.trainer_nice,
                                       threads=params.torch_threads,
-                                      stop_timeout_s=TRAINER_STOP_TIMEOUT_S))
+                                      stop_timeout_s=TRAINER_STOP_TIMEOUT_S),
+                variance_scale=variance_scale)
         else:
             self.learner = ContinualLearner(model, 3 * n, n, n, config, rng, save=save,
                                             fit_normalization=not fitted,
-                                            start_step=start_step)
+                                            start_step=start_step,
+                                            variance_scale=variance_scale)
         self.stream = InverseDynamicsStream(n, CausalDifferentiator(
             n, window=params.accel_window))
         if self.command_parser.size is None:

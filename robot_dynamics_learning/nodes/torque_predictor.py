@@ -5,6 +5,9 @@ Loads the newest valid checkpoint of `checkpoint_dir` (learning/checkpoint.py: w
 load, joint order checked, a corrupt newest file logged and skipped for the previous one),
 then for every accepted `/joint_states` message publishes `~/predicted_torques` (and
 `~/predicted_torques_std` for models with variance), header stamp copied from the input.
+The std is calibrated (`learning.prequential.VarianceCalibration`): from the scale the learner
+saved in the checkpoint, then, where messages carry measured efforts, from this node's own
+errors on them.
 A timer polls the folder and swaps in a newer checkpoint between messages, keeping the
 recurrent state, so a learner elsewhere (another machine, a GPU) can feed many predictors.
 A lifecycle node (nodes/lifecycle.py): configure loads the checkpoint, inactive it publishes
@@ -22,7 +25,9 @@ from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, Published,
                                                         StreamingPredictor)
 from robot_dynamics_learning.learning.learner_params import TorquePredictorConfig
-from robot_dynamics_learning.learning.prequential import LatencyLog, PrequentialError
+from robot_dynamics_learning.learning.prequential import (LatencyLog, PrequentialError,
+                                                          saved_variance_scale,
+                                                          VarianceCalibration)
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, JointStateParser,
                                                        PredictedTorquePublisher)
@@ -65,6 +70,7 @@ class TorquePredictorNode(ManagedNode):
         self.predictor: Optional[StreamingPredictor] = None
         self.stream: Optional[InverseDynamicsStream] = None
         self.prequential: Optional[PrequentialError] = None
+        self.calibration: Optional[VarianceCalibration] = None
         self.latency = LatencyLog()
         self.predictions = PredictedTorquePublisher(self)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
@@ -117,13 +123,18 @@ class TorquePredictorNode(ManagedNode):
                 self.stream = InverseDynamicsStream(
                     n, CausalDifferentiator(n, window=self._accel_window))
                 self.prequential = PrequentialError(n)
+                self.calibration = VarianceCalibration(n)
                 self.predictions.set_joint_names(self.joint_names)
+            scale, why = saved_variance_scale(loaded.metadata, len(self.joint_names))
+            if scale is not None:
+                self.calibration.set_prior(scale)
             self._model = loaded.model
             self._version += 1
         self._loaded_path = loaded.path
         self.loads += 1
         self.get_logger().info(f'using checkpoint {loaded.path} '
-                               f"(step {loaded.metadata.get('steps', '?')})")
+                               f"(step {loaded.metadata.get('steps', '?')})"
+                               + ('' if scale is not None else f'; std uncalibrated: {why}'))
 
     def _published(self) -> Published:
         with self._lock:
@@ -156,9 +167,12 @@ class TorquePredictorNode(ManagedNode):
             return
         observation, action, target = features
         mean, variance = self.predictor.predict(observation, action)
-        self.predictions.publish(msg.header.stamp, mean, variance)
+        calibrated = None if variance is None else self.calibration.apply(variance)
+        self.predictions.publish(msg.header.stamp, mean, calibrated)
         if target is not None:
             self.prequential.update(mean, target)
+            if variance is not None:
+                self.calibration.update(mean - target, variance)
         now_ns = self.get_clock().now().nanoseconds
         self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
 
@@ -170,6 +184,7 @@ class TorquePredictorNode(ManagedNode):
         if self.parser is not None:
             values.update({f'messages_{k}': v for k, v in self.parser.counter.as_dict().items()})
             values['nmse'] = self.prequential.nmse()
+            values['variance_scale_mean'] = float(self.calibration.scale.mean())
         values.update(self.latency.summary())
         status = DiagnosticStatus(name=f'{self.get_name()}: torque prediction',
                                   hardware_id=self.get_fully_qualified_name(),
