@@ -1,11 +1,19 @@
-"""Uncertainty of the inverse models: calibrated inside the training range, rising outside it."""
+"""
+Uncertainty, calibrated on held-out data.
+
+Inverse models: inside the training range, rising outside it. Forward models without a
+variance head: by the number of steps since the last observation.
+"""
 import numpy as np
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.data.windows import inverse_dynamics_windows
+from robot_dynamics_learning.data.windows import inverse_dynamics_windows, window_arrays
+from robot_dynamics_learning.learning.checkpoint import (checkpoint_payload, load_checkpoint,
+                                                         tensor_checksum)
 from robot_dynamics_learning.learning.metrics import calibration
 from robot_dynamics_learning.learning.training import train_model, TrainConfig
 from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.common import InputSupport
+from robot_dynamics_learning.models.feedback import HorizonVariance
 from robot_dynamics_learning.models.registry import build_model
 import torch
 
@@ -93,3 +101,70 @@ def test_hybrid_returns_to_its_prior_far_from_the_training_data():
         torch.testing.assert_close(far_out.mean, prior(far).mean, atol=1e-4, rtol=1e-4)
         assert not torch.allclose(near_out.mean, prior(batch).mean, atol=1e-3)
         assert float(far_out.variance.mean()) > float(near_out.variance.mean())
+
+
+def _forward_recording(seed: int, n: int = 3000) -> SequenceBatch:
+    """Return (o_t, a_t, o_t+1) of a damped spring driven by smooth forces, process noise."""
+    rng = np.random.default_rng(seed)
+    force = np.convolve(rng.standard_normal(n + 50), np.ones(50) / 50 * 3, 'valid')[:n]
+    states = np.zeros((n + 1, 2))
+    for t in range(n):
+        x, v = states[t]
+        acceleration = -4.0 * x - 0.5 * v + force[t]
+        states[t + 1] = [x + 0.05 * v, v + 0.05 * acceleration + 0.02 * rng.standard_normal()]
+    return states[:-1], force[:, None], states[1:]
+
+
+def _horizon_batch(seed: int, observed: int = 20, horizon: int = 10) -> SequenceBatch:
+    """Test windows: `observed` measured steps, then `horizon` predicted from actions alone."""
+    batch = window_arrays(*_forward_recording(seed), observed + horizon, 15)
+    valid = torch.zeros(batch.observations.shape[:2], dtype=torch.bool)
+    valid[:, :observed] = True
+    return SequenceBatch(batch.observations, batch.actions, batch.targets, valid)
+
+
+def test_forward_models_without_a_variance_head_get_one_from_held_out_errors():
+    """FFNN here (fast); the LSTM and GRU share the loop (`FeedbackForwardModel._run`)."""
+    model = build_model('ffnn', {'kind': 'forward', 'hidden': [32]}, 2, 1, 2)
+    assert not model.horizon_variance.calibrated
+    train = window_arrays(*_forward_recording(0, 3000), 30, 15)
+    val = window_arrays(*_forward_recording(1), 30, 15)
+    torch.manual_seed(0)
+    train_model(model, train, val, TrainConfig(max_epochs=8, patience=3, learning_rate=1e-2,
+                                               batch_size=64, obs_drop=0.5, progress=False))
+    assert model.horizon_variance.calibrated
+    test = _horizon_batch(2)
+    with torch.no_grad():
+        out = model(test)
+    variance = out.variance[:, 19:]   # predictions 1..10 steps after the last observation
+    per_horizon = variance.mean(dim=(0, 2))
+    assert bool((per_horizon[1:] >= per_horizon[:-1]).all())
+    assert float(per_horizon[-1]) > 3 * float(per_horizon[0])
+    result = calibration(out.mean[:, -1].numpy(), variance[:, -1].numpy(),
+                         test.targets[:, -1].numpy())
+    assert abs(result['within_1_std'] - 0.683) < 0.12
+    assert abs(result['within_2_std'] - 0.954) < 0.06
+    # Streaming: one observed step, then a rollout carries the horizon on.
+    step = model.step(None, test.observations[:, 0], test.actions[:, 0])
+    rollout = model.rollout(step.state, test.actions[:, 1:4])
+    expected = model.horizon_variance.at(torch.arange(1, 5).repeat(step.variance.shape[0], 1)
+                                         .reshape(-1)).reshape(-1, 4, 2)
+    torch.testing.assert_close(torch.cat([step.variance[:, None], rollout.variance], 1),
+                               expected)
+
+
+def test_horizon_variance_extrapolates_and_old_checkpoints_load_uncalibrated(tmp_path):
+    table = HorizonVariance(1)
+    table.fit(torch.tensor([[[1.0], [4.0], [3.0], [9.0]]]))   # a dip is not believed
+    torch.testing.assert_close(table.at(torch.tensor([1, 2, 3, 4, 6])).reshape(-1),
+                               torch.tensor([1.0, 4.0, 4.0, 9.0, 19.0]))
+    model = build_model('gru', {'latent_obs_dim': 4, 'hidden_size': 4}, 2, 1, 2)
+    model.horizon_variance.fit(torch.ones(1, 3, 2))
+    payload = checkpoint_payload(model, ['x', 'v'])
+    for key in [k for k in payload['state_dict'] if k.startswith('horizon_variance.')]:
+        del payload['state_dict'][key]   # a file written before the module existed
+    payload['checksum'] = tensor_checksum(payload['state_dict'])
+    torch.save(payload, tmp_path / 'old.pt')
+    loaded = load_checkpoint(tmp_path / 'old.pt', ['x', 'v']).model
+    assert not loaded.horizon_variance.calibrated
+    assert loaded.step(None, torch.zeros(1, 2), torch.zeros(1, 1)).variance is None

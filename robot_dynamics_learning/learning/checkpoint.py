@@ -23,6 +23,7 @@ import tempfile
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.models.base import DynamicsModel
+from robot_dynamics_learning.models.common import DefaultedBuffers
 from robot_dynamics_learning.models.registry import (build_model, model_builder,
                                                      URDF_MODEL_TYPES)
 import torch
@@ -205,7 +206,8 @@ def _check_shapes(payload: Dict[str, Any], source: str) -> None:
     Compare the saved tensor shapes with the model its config describes, allocating nothing.
 
     The model is built on the meta device, so a config declaring absurd sizes is refused
-    here instead of allocating them; names must match, and parameter shapes. URDF models
+    here instead of allocating them; names must match (buffers of a `DefaultedBuffers` module
+    may be absent: files from before it), and parameter shapes. URDF models
     are skipped (`URDF_MODEL_TYPES`): `load_state_dict` compares theirs after the build.
     """
     if payload['model_type'] in URDF_MODEL_TYPES:
@@ -222,8 +224,11 @@ def _check_shapes(payload: Dict[str, Any], source: str) -> None:
     shapes = {key: tuple(value.shape) for key, value in payload['state_dict'].items()}
     expected = {key: tuple(value.shape) for key, value in shell.named_parameters()}
     saved = {key: shapes[key] for key in shapes if key in expected}
-    if expected != saved or set(shapes) != set(shell.state_dict()):
-        differ = sorted(key for key in set(shell.state_dict()) ^ set(shapes)
+    defaulted = tuple(f'{name}.' for name, module in shell.named_modules()
+                      if isinstance(module, DefaultedBuffers))
+    names = {key for key in shell.state_dict() if key in shapes or not key.startswith(defaulted)}
+    if expected != saved or set(shapes) != names:
+        differ = sorted(key for key in names ^ set(shapes)
                         | {k for k in expected if expected[k] != saved.get(k)})[:5]
         listed = ', '.join(f'{k}: {shapes.get(k)}, {expected.get(k)}' for k in differ)
         raise CorruptCheckpoint('size', f'{source}: tensors do not fit the model of its config '

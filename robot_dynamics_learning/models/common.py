@@ -209,7 +209,22 @@ SUPPORT_LENGTH = 0.3
 UNBOUNDED = 1e9   # normalised units: the range of an unfitted `InputSupport`
 
 
-class InputSupport(nn.Module):
+class DefaultedBuffers(nn.Module):
+    """
+    A module added to models after checkpoints of them existed: its buffers may be missing.
+
+    Loading such a checkpoint keeps this module's neutral defaults (and the checkpoint's shape
+    check accepts their absence), so older files stay usable.
+    """
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """Fill the buffers a checkpoint lacks with the current (neutral) values."""
+        for name, value in self._buffers.items():
+            state_dict.setdefault(prefix + name, value)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class InputSupport(DefaultedBuffers):
     """
     Where the training inputs were, and how much to trust a learned part away from there.
 
@@ -260,12 +275,6 @@ class InputSupport(nn.Module):
         if far_var is not None:
             self.far_var.copy_(far_var.detach().clamp_min(1e-8))
         self.far_var.copy_(torch.maximum(self.far_var, self.near_var))
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        """Load checkpoints written before this module existed: keep the neutral defaults."""
-        for name, value in self._buffers.items():
-            state_dict.setdefault(prefix + name, value)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def trust(self, normalized_inputs: torch.Tensor) -> torch.Tensor:
         """Return w in (0, 1], shape (...,), for normalised inputs (..., n_in)."""

@@ -5,25 +5,76 @@ Every forward model predicts the next observation as a normalised difference,
 o^_{t+1} = m_t + dec(.), with the memory m_t = o_t where the observation is valid and m_t = o^_t
 (the model's own prediction) where it is missing. Multi-step prediction is the same loop with
 every observation missing, and training drops a share of observations to teach it.
+
+Models whose cell gives no variance (LSTM, GRU, FFNN) get one from held-out errors by horizon
+(`HorizonVariance`): after training, the validation windows are predicted open loop from their
+middle, and the mean squared error k steps after the last observation becomes the variance of
+every k-step prediction.
 """
 import abc
 from typing import Any, NamedTuple, Optional, Tuple
 
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
-from robot_dynamics_learning.models.common import (check_batch, check_step_input, Normalizer,
-                                                   rmse)
+from robot_dynamics_learning.models.common import (check_batch, check_step_input,
+                                                   DefaultedBuffers, Normalizer, rmse)
 import torch
 
 FORWARD_CONVENTION = 'next observation o_{t+1} (physical units) = o_t + learned difference'
+MAX_CALIBRATED_HORIZON = 64   # horizons with a measured variance; beyond, extrapolated
 
 
 class FeedbackState(NamedTuple):
-    """Streaming state: the model's own state, memory o^_{t+1} (B, n_obs) and its variance."""
+    """
+    Streaming state: the model's own state, memory o^_{t+1} (B, n_obs) and its variance.
+
+    horizon (B,): steps the memory is ahead of the last observation (0: just observed).
+    """
 
     cell: Any
     memory: torch.Tensor
     memory_var: torch.Tensor
+    horizon: Optional[torch.Tensor] = None
+
+
+class HorizonVariance(DefaultedBuffers):
+    """
+    Held-out mean squared error of k-step open-loop predictions, k = 1..K, per observation.
+
+    Physical units squared. `count` is K (0: not calibrated, the model publishes no
+    variance; a checkpoint from before it loads uncalibrated). Monotone in k (a cumulative
+    maximum: more steps without an observation never make a prediction surer); beyond K the
+    last step's growth continues linearly.
+    """
+
+    def __init__(self, n_obs: int) -> None:
+        super().__init__()
+        self.register_buffer('by_horizon', torch.zeros(MAX_CALIBRATED_HORIZON, n_obs))
+        self.register_buffer('count', torch.zeros((), dtype=torch.long))
+
+    @property
+    def calibrated(self) -> bool:
+        """Return whether a variance was measured."""
+        return int(self.count) > 0
+
+    def fit(self, squared_error: torch.Tensor) -> None:
+        """Set the table from squared errors (N, K, n_obs) of predictions 1..K steps ahead."""
+        k = min(squared_error.shape[1], MAX_CALIBRATED_HORIZON)
+        mean = squared_error[:, :k].mean(dim=0).clamp_min(1e-12)
+        self.by_horizon.zero_()
+        self.by_horizon[:k] = torch.cummax(mean, dim=0).values
+        self.count.fill_(k)
+
+    def at(self, horizon: torch.Tensor) -> torch.Tensor:
+        """Return the variance (B, n_obs) of predictions `horizon` (B,) >= 1 steps ahead."""
+        k = int(self.count)
+        index = horizon.clamp(1, k) - 1
+        variance = self.by_horizon[index]
+        if k < 2:
+            return variance
+        growth = (self.by_horizon[k - 1] - self.by_horizon[k - 2]).clamp_min(0.0)
+        beyond = (horizon - k).clamp_min(0).to(variance.dtype).unsqueeze(-1)
+        return variance + beyond * growth
 
 
 def valid_mask(batch: SequenceBatch) -> torch.Tensor:
@@ -69,6 +120,7 @@ class FeedbackForwardModel(DynamicsModel):
     target_convention = FORWARD_CONVENTION
     convention = 'next_observation_difference/1'
     variance_weight = 0.0
+    cell_variance = False   # True where `_cell` predicts the difference's variance (RKNs)
 
     def __init__(self, n_obs: int, n_act: int, n_target: int) -> None:
         super().__init__()
@@ -79,6 +131,7 @@ class FeedbackForwardModel(DynamicsModel):
         self.obs_norm = Normalizer(n_obs)
         self.act_norm = Normalizer(n_act)
         self.diff_norm = Normalizer(n_obs)
+        self.horizon_variance = HorizonVariance(n_obs)
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit observation, action and difference (o_{t+1} - o_t) statistics."""
@@ -104,12 +157,16 @@ class FeedbackForwardModel(DynamicsModel):
     def init_state(self, batch_size: int) -> FeedbackState:
         """Return the initial streaming state (memory zero until the first observation)."""
         zeros = self.diff_norm.std.new_zeros(batch_size, self.n_obs)
-        return FeedbackState(self._init_cell(batch_size), zeros, zeros)
+        return FeedbackState(self._init_cell(batch_size), zeros, zeros,
+                             torch.zeros(batch_size, dtype=torch.long))
 
-    def _run(self, state: Any, memory: torch.Tensor, memory_var: torch.Tensor,
-             observations: Optional[torch.Tensor], actions: torch.Tensor,
-             valid: Optional[torch.Tensor]) -> Tuple[Prediction, FeedbackState]:
+    def _run(self, state: FeedbackState, observations: Optional[torch.Tensor],
+             actions: torch.Tensor, valid: Optional[torch.Tensor]
+             ) -> Tuple[Prediction, FeedbackState]:
         """Loop over T steps; observations None means all missing (rollout)."""
+        cell, memory, memory_var, horizon = state
+        if horizon is None:   # a state from before horizons were kept: as if just observed
+            horizon = torch.zeros(memory.shape[0], dtype=torch.long, device=memory.device)
         means, variances = [], []
         has_variance = False
         for t in range(actions.shape[1]):
@@ -118,19 +175,43 @@ class FeedbackForwardModel(DynamicsModel):
                 gate = valid_t.unsqueeze(-1)
                 memory = torch.where(gate, observations[:, t], memory)
                 memory_var = torch.where(gate, torch.zeros_like(memory_var), memory_var)
+                horizon = torch.where(valid_t, torch.zeros_like(horizon), horizon)
             else:
                 valid_t = torch.zeros(actions.shape[0], dtype=torch.bool, device=actions.device)
-            delta, delta_var, state = self._cell(state, self.obs_norm.normalize(memory),
-                                                 self.act_norm.normalize(actions[:, t]), valid_t)
+            horizon = horizon + 1
+            delta, delta_var, cell = self._cell(cell, self.obs_norm.normalize(memory),
+                                                self.act_norm.normalize(actions[:, t]), valid_t)
             memory = memory + self.diff_norm.denormalize(delta)
             if delta_var is not None:
                 has_variance = True
                 memory_var = memory_var + self.diff_norm.denormalize_variance(delta_var)
+            elif self.horizon_variance.calibrated:
+                has_variance = True
+                memory_var = self.horizon_variance.at(horizon).to(memory.dtype)
             means.append(memory)
             variances.append(memory_var)
         prediction = Prediction(torch.stack(means, 1),
                                 torch.stack(variances, 1) if has_variance else None)
-        return prediction, FeedbackState(state, memory, memory_var)
+        return prediction, FeedbackState(cell, memory, memory_var, horizon)
+
+    def calibrate_variance(self, val: SequenceBatch) -> None:
+        """
+        Measure the error by horizon (`HorizonVariance`) on validation windows.
+
+        Only for cells without their own variance. Each window is observed for its first half
+        (the recurrent state warms up, as in a k-step test), then predicted open loop.
+        """
+        if self.cell_variance:
+            return
+        steps = val.observations.shape[1]
+        observed = max(1, steps // 2)
+        valid = torch.zeros(val.observations.shape[:2], dtype=torch.bool)
+        valid[:, :observed] = True
+        with torch.no_grad():
+            prediction = self(SequenceBatch(val.observations, val.actions, val.targets, valid))
+        # Prediction index observed - 1 + j is the (j + 1)-step prediction from o_{observed-1}.
+        error = prediction.mean[:, observed - 1:] - val.targets[:, observed - 1:]
+        self.horizon_variance.fit(error.pow(2))
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict o_{t+1} for every step; missing observations are replaced by predictions."""
@@ -138,8 +219,9 @@ class FeedbackForwardModel(DynamicsModel):
         valid = valid_mask(batch)
         batch_size = batch.observations.shape[0]
         zeros = batch.observations.new_zeros(batch_size, self.n_obs)
-        prediction, _ = self._run(self._init_cell(batch_size), zeros, zeros,
-                                  batch.observations, batch.actions, valid)
+        start = FeedbackState(self._init_cell(batch_size), zeros, zeros,
+                              torch.zeros(batch_size, dtype=torch.long))
+        prediction, _ = self._run(start, batch.observations, batch.actions, valid)
         return prediction
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
@@ -157,9 +239,8 @@ class FeedbackForwardModel(DynamicsModel):
             state = self.init_state(observation.shape[0])
         valid = torch.ones(observation.shape[0], 1, dtype=torch.bool)
         with torch.no_grad():
-            prediction, new_state = self._run(state.cell, state.memory, state.memory_var,
-                                              observation.unsqueeze(1), action.unsqueeze(1),
-                                              valid)
+            prediction, new_state = self._run(state, observation.unsqueeze(1),
+                                              action.unsqueeze(1), valid)
         variance = None if prediction.variance is None else prediction.variance[:, 0]
         return StepOutput(prediction.mean[:, 0], variance, new_state)
 
@@ -174,6 +255,5 @@ class FeedbackForwardModel(DynamicsModel):
             raise ValueError(f'actions must have shape (B, H, {self.n_act}), got '
                              f'{tuple(actions.shape)}')
         check_step_input('rollout actions', actions.reshape(-1, self.n_act), self.n_act)
-        prediction, _ = self._run(state.cell, state.memory, state.memory_var, None, actions,
-                                  None)
+        prediction, _ = self._run(state, None, actions, None)
         return prediction

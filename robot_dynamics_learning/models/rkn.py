@@ -86,6 +86,7 @@ class _RKNForwardModel(FeedbackForwardModel):
     """
 
     config_class = RKNConfig
+    cell_variance = True
 
     def __init__(self, config: RKNConfig, n_obs: int, n_act: int, n_target: int,
                  encoder_inputs: int, action_conditioned: bool) -> None:
