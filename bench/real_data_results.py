@@ -411,8 +411,12 @@ def main(argv=None) -> None:
                         help='worker processes, one (dataset, model, seed) cell each')
     parser.add_argument('--parts', default=','.join(PARTS),
                         help='comma list of parts to (re)compute; others stay in the JSON')
+    parser.add_argument('--models', default='',
+                        help='comma list of model names (as in the tables) to recompute within '
+                        'the parts; other models keep their cells (default: all)')
     parser.add_argument('--out', type=Path, default=None, help='JSON path')
     args = parser.parse_args(argv)
+    models = {m for m in args.models.split(',') if m}
     datasets.require_full_data('bench.real_data_results')
     parts = [p for p in args.parts.split(',') if p]
     unknown = sorted(set(parts) - set(PARTS))
@@ -425,13 +429,13 @@ def main(argv=None) -> None:
 
     def write(done: List[dict]) -> None:
         fresh = {_key(c) for c in done}
-        kept = [c for c in old.get('cells', [])
-                if _key(c) not in fresh and c['part'] not in parts]
+        kept = [c for c in old.get('cells', []) if _key(c) not in fresh
+                and (c['part'] not in parts or (models and c['model'] not in models))]
         wall_s, core_s = time.perf_counter() - start, sum(c['wall_s'] for c in done)
         results = {'machine': f'{platform.machine()} ({platform.processor() or "cpu"})',
                    'torch': torch.__version__, 'jobs': args.jobs, 'quick': args.quick,
                    'wall_s': wall_s, 'core_s': core_s,
-                   'runs': {**old.get('runs', {}), ','.join(parts): {
+                   'runs': {**old.get('runs', {}), ','.join(parts + sorted(models)): {
                        'jobs': args.jobs, 'wall_s': wall_s, 'core_s': core_s,
                        'cells_done': len(done)}},
                    'cells': kept + sorted(done, key=lambda c: str(_key(c)))}
@@ -439,7 +443,10 @@ def main(argv=None) -> None:
         tmp.write_text(json.dumps(results, indent=1))
         tmp.replace(path)
 
-    done = run(cells(parts, args.quick), args.jobs, args.quick, write)
+    todo = [c for c in cells(parts, args.quick) if not models or c['model'] in models]
+    if models and not todo:
+        parser.error(f'no cell of parts {parts} has a model in {sorted(models)}')
+    done = run(todo, args.jobs, args.quick, write)
     print(f'wrote {path}: {len(done)} cells in {(time.perf_counter() - start) / 60:.1f} min '
           f"({sum(c['wall_s'] for c in done) / 60:.1f} core-min)")
 
