@@ -427,17 +427,22 @@ def main(argv=None) -> None:
     old = json.loads(path.read_text()) if path.is_file() else {'cells': []}
     path.parent.mkdir(parents=True, exist_ok=True)
 
+    machine = f'{platform.machine()} ({platform.processor() or "cpu"})'
+    run_name = f'--parts {",".join(parts)}' + (f' --models {",".join(sorted(models))}'
+                                                if models else '')
+
     def write(done: List[dict]) -> None:
         fresh = {_key(c) for c in done}
         kept = [c for c in old.get('cells', []) if _key(c) not in fresh
                 and (c['part'] not in parts or (models and c['model'] not in models))]
         wall_s, core_s = time.perf_counter() - start, sum(c['wall_s'] for c in done)
-        results = {'machine': f'{platform.machine()} ({platform.processor() or "cpu"})',
+        results = {'machine': machine,
                    'torch': torch.__version__, 'jobs': args.jobs, 'quick': args.quick,
                    'wall_s': wall_s, 'core_s': core_s,
-                   'runs': {**old.get('runs', {}), ','.join(parts + sorted(models)): {
+                   'runs': {**old.get('runs', {}), run_name: {
                        'jobs': args.jobs, 'wall_s': wall_s, 'core_s': core_s,
-                       'cells_done': len(done)}},
+                       'cells_done': len(done), 'machine': machine,
+                       'torch': torch.__version__}},
                    'cells': kept + sorted(done, key=lambda c: str(_key(c)))}
         tmp = path.with_suffix('.tmp')
         tmp.write_text(json.dumps(results, indent=1))
