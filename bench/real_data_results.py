@@ -428,8 +428,9 @@ def main(argv=None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
 
     machine = f'{platform.machine()} ({platform.processor() or "cpu"})'
-    run_name = f'--parts {",".join(parts)}' + (f' --models {",".join(sorted(models))}'
-                                                if models else '')
+    run_name = f'--parts {",".join(parts)}'
+    if models:
+        run_name += f' --models {",".join(sorted(models))}'
 
     def write(done: List[dict]) -> None:
         fresh = {_key(c) for c in done}
