@@ -136,7 +136,7 @@ def test_forward_models_without_a_variance_head_get_one_from_held_out_errors():
     test = _horizon_batch(2)
     with torch.no_grad():
         out = model(test)
-    variance = out.variance[:, 19:]   # predictions 1..10 steps after the last observation
+    variance = out.variance[:, 19:]   # predictions 1..11 steps after the last observation
     per_horizon = variance.mean(dim=(0, 2))
     assert bool((per_horizon[1:] >= per_horizon[:-1]).all())
     assert float(per_horizon[-1]) > 3 * float(per_horizon[0])
@@ -144,13 +144,28 @@ def test_forward_models_without_a_variance_head_get_one_from_held_out_errors():
                          test.targets[:, -1].numpy())
     assert abs(result['within_1_std'] - 0.683) < 0.12
     assert abs(result['within_2_std'] - 0.954) < 0.06
-    # Streaming: one observed step, then a rollout carries the horizon on.
-    step = model.step(None, test.observations[:, 0], test.actions[:, 0])
-    rollout = model.rollout(step.state, test.actions[:, 1:4])
+    # Streaming: one observed step, then a rollout carries the horizon on (the table's
+    # variance inside the training range).
+    start = test.observations[:, 0]
+    inside = model.support.trust(model._support_inputs(start, test.actions[:, 0])) == 1.0
+    step = model.step(None, start[inside], test.actions[inside, 0])
+    rollout = model.rollout(step.state, test.actions[inside, 1:4])
     expected = model.horizon_variance.at(torch.arange(1, 5).repeat(step.variance.shape[0], 1)
                                          .reshape(-1)).reshape(-1, 4, 2)
-    torch.testing.assert_close(torch.cat([step.variance[:, None], rollout.variance], 1),
-                               expected)
+    streamed = torch.cat([step.variance[:, None], rollout.variance], 1)
+    assert int(inside.sum()) > 50
+    assert bool((streamed >= expected - 1e-7).all())
+    torch.testing.assert_close(streamed[:, 0], expected[:, 0])
+    # Outside the training range (the spring pulled 3 m away) the variance rises towards the
+    # error of holding the last observation, and never falls below the model's own.
+    shifted = SequenceBatch(test.observations + torch.tensor([3.0, 0.0]), test.actions,
+                            test.targets + torch.tensor([3.0, 0.0]), test.observation_valid)
+    with torch.no_grad():
+        far = model(shifted).variance[:, 19:]
+    assert bool((far >= variance - 1e-7).all())
+    assert float(far[:, -1].mean()) > 3 * float(variance[:, -1].mean())
+    hold = model.hold_variance.at(torch.tensor([11]))
+    assert float(far[:, -1].mean()) <= 1.01 * float(torch.maximum(hold, variance[:, -1]).mean())
 
 
 def test_horizon_variance_extrapolates_and_old_checkpoints_load_uncalibrated(tmp_path):

@@ -9,7 +9,9 @@ every observation missing, and training drops a share of observations to teach i
 Models whose cell gives no variance (LSTM, GRU, FFNN) get one from held-out errors by horizon
 (`HorizonVariance`): after training, the validation windows are predicted open loop from their
 middle, and the mean squared error k steps after the last observation becomes the variance of
-every k-step prediction.
+every k-step prediction. Every forward model's variance also rises where its input (memory
+and action) leaves the training range (`InputSupport`): towards the error of holding the last
+observation, measured on the same windows, where the model's own claim is smaller.
 """
 import abc
 from typing import Any, NamedTuple, Optional, Tuple
@@ -17,7 +19,8 @@ from typing import Any, NamedTuple, Optional, Tuple
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input,
-                                                   DefaultedBuffers, Normalizer, rmse)
+                                                   DefaultedBuffers, InputSupport, Normalizer,
+                                                   rmse, SUPPORT_LENGTH)
 import torch
 
 FORWARD_CONVENTION = 'next observation o_{t+1} (physical units) = o_t + learned difference'
@@ -89,6 +92,18 @@ def valid_mask(batch: SequenceBatch) -> torch.Tensor:
     return valid
 
 
+def last_observed(valid: torch.Tensor) -> torch.Tensor:
+    """Return (B, T) the index of the last valid step <= t (-1 before the first)."""
+    index = torch.arange(valid.shape[1], device=valid.device).expand_as(valid)
+    return torch.where(valid, index, torch.full_like(index, -1)).cummax(dim=1).values
+
+
+def steps_since_observed(valid: torch.Tensor) -> torch.Tensor:
+    """Return (B, T) the horizon of each prediction: 1 + steps since the last valid one."""
+    index = torch.arange(valid.shape[1], device=valid.device).expand_as(valid)
+    return index - last_observed(valid) + 1
+
+
 def forward_loss(prediction: Prediction, batch: SequenceBatch, diff_norm: Normalizer,
                  variance_weight: float) -> Tuple[torch.Tensor, dict]:
     """
@@ -132,6 +147,9 @@ class FeedbackForwardModel(DynamicsModel):
         self.act_norm = Normalizer(n_act)
         self.diff_norm = Normalizer(n_obs)
         self.horizon_variance = HorizonVariance(n_obs)
+        # Out of the training range the variance rises to the hold-last-observation error.
+        self.support = InputSupport(n_obs + n_act, n_obs, range(n_obs + n_act), SUPPORT_LENGTH)
+        self.hold_variance = HorizonVariance(n_obs)
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit observation, action and difference (o_{t+1} - o_t) statistics."""
@@ -139,6 +157,26 @@ class FeedbackForwardModel(DynamicsModel):
         if self.n_act:
             self.act_norm.fit(batch.actions)
         self.diff_norm.fit(batch.targets - batch.observations)
+        self.support.fit_range(self._support_inputs(batch.observations, batch.actions))
+
+    def _support_inputs(self, memory: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Return the normalised [memory, action] (..., n_obs + n_act) the range is kept of."""
+        return torch.cat([self.obs_norm.normalize(memory), self.act_norm.normalize(actions)], -1)
+
+    def _published_variance(self, variance: torch.Tensor, inputs: torch.Tensor,
+                            horizon: torch.Tensor) -> torch.Tensor:
+        """
+        Raise `variance` (..., n_obs) where the normalised inputs leave the training range.
+
+        Trust w (1 inside the range) blends the model's variance with the larger of it and the
+        hold-last-observation error at the same horizon (..., as `inputs` without the last
+        axis).
+        """
+        if not self.hold_variance.calibrated:
+            return variance
+        weight = self.support.trust(inputs).unsqueeze(-1)
+        hold = torch.maximum(variance, self.hold_variance.at(horizon).to(variance.dtype))
+        return weight * variance + (1.0 - weight) * hold
 
     @abc.abstractmethod
     def _init_cell(self, batch_size: int) -> Any:
@@ -179,8 +217,9 @@ class FeedbackForwardModel(DynamicsModel):
             else:
                 valid_t = torch.zeros(actions.shape[0], dtype=torch.bool, device=actions.device)
             horizon = horizon + 1
-            delta, delta_var, cell = self._cell(cell, self.obs_norm.normalize(memory),
-                                                self.act_norm.normalize(actions[:, t]), valid_t)
+            inputs = self._support_inputs(memory, actions[:, t])
+            delta, delta_var, cell = self._cell(cell, inputs[:, :self.n_obs],
+                                                inputs[:, self.n_obs:], valid_t)
             memory = memory + self.diff_norm.denormalize(delta)
             if delta_var is not None:
                 has_variance = True
@@ -189,20 +228,19 @@ class FeedbackForwardModel(DynamicsModel):
                 has_variance = True
                 memory_var = self.horizon_variance.at(horizon).to(memory.dtype)
             means.append(memory)
-            variances.append(memory_var)
+            variances.append(self._published_variance(memory_var, inputs, horizon))
         prediction = Prediction(torch.stack(means, 1),
                                 torch.stack(variances, 1) if has_variance else None)
         return prediction, FeedbackState(cell, memory, memory_var, horizon)
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
         """
-        Measure the error by horizon (`HorizonVariance`) on validation windows.
+        Measure the errors by horizon (`HorizonVariance`) on validation windows.
 
-        Only for cells without their own variance. Each window is observed for its first half
-        (the recurrent state warms up, as in a k-step test), then predicted open loop.
+        Each window is observed for its first half (the recurrent state warms up, as in a
+        k-step test), then predicted open loop: the model's error (for cells without their own
+        variance) and the error of holding the last observation (for every forward model).
         """
-        if self.cell_variance:
-            return
         steps = val.observations.shape[1]
         observed = max(1, steps // 2)
         valid = torch.zeros(val.observations.shape[:2], dtype=torch.bool)
@@ -210,8 +248,10 @@ class FeedbackForwardModel(DynamicsModel):
         with torch.no_grad():
             prediction = self(SequenceBatch(val.observations, val.actions, val.targets, valid))
         # Prediction index observed - 1 + j is the (j + 1)-step prediction from o_{observed-1}.
-        error = prediction.mean[:, observed - 1:] - val.targets[:, observed - 1:]
-        self.horizon_variance.fit(error.pow(2))
+        targets = val.targets[:, observed - 1:]
+        self.hold_variance.fit((val.observations[:, observed - 1:observed] - targets).pow(2))
+        if not self.cell_variance:
+            self.horizon_variance.fit((prediction.mean[:, observed - 1:] - targets).pow(2))
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict o_{t+1} for every step; missing observations are replaced by predictions."""

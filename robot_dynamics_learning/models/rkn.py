@@ -17,7 +17,8 @@ from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, Sequ
                                                  StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, mlp,
                                                    ModelConfig, Normalizer, rmse)
-from robot_dynamics_learning.models.feedback import FeedbackForwardModel, valid_mask
+from robot_dynamics_learning.models.feedback import (FeedbackForwardModel, last_observed,
+                                                     steps_since_observed, valid_mask)
 from robot_dynamics_learning.models.rkn_cell import Belief, elup1, RKNCell
 import torch
 from torch import nn
@@ -140,7 +141,13 @@ class AcRKNForward(_RKNForwardModel):
         delta, delta_var = self._decode(priors)
         delta = self.diff_norm.denormalize(delta)
         delta_var = self.diff_norm.denormalize_variance(delta_var)
-        return Prediction(*memory_sums(batch.observations, delta, delta_var, valid))
+        mean, variance = memory_sums(batch.observations, delta, delta_var, valid)
+        # The memory each step read: the observation, or the previous step's prediction.
+        previous = torch.cat([batch.observations[:, :1], mean[:, :-1]], 1)
+        memory = torch.where(valid.unsqueeze(-1), batch.observations, previous)
+        inputs = self._support_inputs(memory, batch.actions)
+        return Prediction(mean, self._published_variance(variance, inputs,
+                                                         steps_since_observed(valid)))
 
 
 def memory_sums(observations: torch.Tensor, delta: torch.Tensor, delta_var: torch.Tensor,
@@ -150,10 +157,8 @@ def memory_sums(observations: torch.Tensor, delta: torch.Tensor, delta_var: torc
 
     The closed form of the memory recursion m_t = o_t (valid) or o^_t (missing) of Sec. 4.2.
     """
-    batch_size, steps, width = delta.shape
-    index = torch.arange(steps, device=delta.device).expand(batch_size, steps)
-    last = torch.where(valid, index, torch.full_like(index, -1)).cummax(dim=1).values
-    gather = last.unsqueeze(-1).expand(-1, -1, width)
+    batch_size, _, width = delta.shape
+    gather = last_observed(valid).unsqueeze(-1).expand(-1, -1, width)
     pad = delta.new_zeros(batch_size, 1, width)
     cum = torch.cat([pad, delta.cumsum(1)], 1)
     cum_var = torch.cat([pad, delta_var.cumsum(1)], 1)
