@@ -6,11 +6,13 @@ A user's own car data, measured on the DART recordings replayed from rosbag2 fol
    lag against the zero-phase Savitzky-Golay reference (cubic, 0.2 s; and 0.1 s), and the
    delay that would minimise it. Then the command-driven yaw filter (signals/yaw_filter.py,
    the node with `command_type` set) on the same poses and their Joy commands, honestly: the
-   files split in two folds (alternate files in sorted order); per fold the yaw model is
-   fitted (`fit_yaw_model`) and its two noises chosen from a small grid on one fold and
-   measured on the other; errors pooled over both folds' held-out files, per file too,
-   against the fit (order 2, 0.12 s) in the same run. The shipped defaults (fitted on all
-   files) are measured as well (in-sample).
+   files split in two folds (alternate files in sorted order); per fold, on one fold only,
+   the yaw model is fitted (`fit_yaw_model`) and its noises chosen from a small grid (the
+   filter before the tuning), then everything refined against the filter's own error
+   (`tune_yaw_filter`: vy term, speed-dependent lag, steering-step noise); both are measured
+   on the other fold; errors pooled over both folds' held-out files, per file too, against
+   the fit (order 2, 0.12 s) in the same run. The shipped defaults (the same procedure on
+   all files) and the previous ones are measured as well (in-sample).
 2. training: the DART file split as bags (15 train, 2 test files), both models trained to
    convergence (`rdl car train --source bag`) against the fixed recipes of
    docs/results_car.md section 1, in the same run; the same at 20 Hz (every fifth pose) and

@@ -34,37 +34,38 @@ class YawModelConfig:
     The yaw model and the filter's noise (units: s, rad, rad/s).
 
     For a bicycle of wheelbase L with steering angle k * s: gain = k / L. Only the ratio of
-    yaw_noise to the process noises matters. Defaults: gain, cubic, tau_s and delay_s fitted
-    on all 17 DART Vicon recordings, the noises chosen on 6 of them (docs/results_car.md
-    section 8).
+    yaw_noise to the process noises matters. Defaults: the DART car's, identified on all 17
+    of its Vicon recordings (`fit_yaw_model`, then `tune_yaw_filter`; bench/car_data.py,
+    docs/results_car.md section 8).
     """
 
-    gain: float = setting(2.30, 'steady yaw rate per speed and unit steering (rad/m): r = vx * '
+    gain: float = setting(2.21, 'steady yaw rate per speed and unit steering (rad/m): r = vx * '
                           '(gain * s + cubic * s^3)', -1e3, 1e3)
-    cubic: float = setting(-0.81, 'cubic term of that map (rad/m)', -1e3, 1e3)
-    tau_s: float = setting(0.08, 'lag of the yaw rate behind the steering (s)', 0.001, 10.0)
-    lateral_gain: float = setting(0.0, 'steady yaw rate per lateral velocity (1/m): r = ... + '
+    cubic: float = setting(-0.79, 'cubic term of that map (rad/m)', -1e3, 1e3)
+    tau_s: float = setting(0.054, 'lag of the yaw rate behind the steady rate at standstill '
+                           '(s); tau_s + tau_per_speed * vx while driving', 0.001, 10.0)
+    lateral_gain: float = setting(1.84, 'steady yaw rate per lateral velocity (1/m): r = ... + '
                                   'lateral_gain * vy, the measured vy (a linear-tyre bicycle: '
                                   'an understeering car turns more while its tail slides out)',
                                   -100.0, 100.0)
-    tau_per_speed: float = setting(0.0, 'growth of tau_s with the forward speed (s per m/s): '
+    tau_per_speed: float = setting(0.0103, 'growth of tau_s with the forward speed (s per m/s): '
                                    'the yaw time constant of tyres with cornering stiffness '
                                    'grows with speed', 0.0, 10.0)
     delay_s: float = setting(0.0, 'command transport delay: the command held at t - delay_s '
                              'drives the model at t (s)', 0.0, 1.0)
     yaw_noise: float = setting(0.01, 'mocap yaw noise as the filter sees it (rad)', 1e-6, 1.0)
-    accel_noise: float = setting(8.0, 'density of the unmodelled yaw acceleration '
+    accel_noise: float = setting(7.0, 'density of the unmodelled yaw acceleration '
                                  '((rad/s^2)^2 s)', 1e-6, 1e6)
-    bias_noise: float = setting(2.0, 'density of the yaw-rate bias drift (slip, steering '
+    bias_noise: float = setting(0.45, 'density of the yaw-rate bias drift (slip, steering '
                                 'offset; (rad/s)^2/s)', 0.0, 1e6)
-    slip_accel: float = setting(3.0, 'lateral acceleration vx * r at which the bias noise '
+    slip_accel: float = setting(2.0, 'lateral acceleration vx * r at which the bias noise '
                                 'doubles; it grows with its square (m/s^2; 0: constant)', 0.0,
                                 100.0)
-    step_rate: float = setting(0.0, 'steering step vx * |change of the command| (m/s), summed '
+    step_rate: float = setting(0.28, 'steering step vx * |change of the command| (m/s), summed '
                                'and decaying over step_memory_s, at which the yaw acceleration '
                                'noise doubles; it grows with its square (0: constant)', 0.0,
                                100.0)
-    step_memory_s: float = setting(0.1, 'decay time of that step memory (s)', 0.001, 10.0)
+    step_memory_s: float = setting(0.096, 'decay time of that step memory (s)', 0.001, 10.0)
     command_timeout_s: float = setting(0.5, 'a command older than this at the pose stamp '
                                        'counts as absent: the fit answers (s)', 0.01, 10.0)
 
