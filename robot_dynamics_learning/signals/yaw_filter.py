@@ -46,8 +46,8 @@ class YawModelConfig:
                            '(s); tau_s + tau_per_speed * vx while driving', 0.001, 10.0)
     lateral_gain: float = setting(1.84, 'steady yaw rate per lateral velocity (1/m): r = ... + '
                                   'lateral_gain * vy, the measured vy (a linear-tyre bicycle: '
-                                  'an understeering car turns more while its tail slides out)',
-                                  -100.0, 100.0)
+                                  'positive when the rear tyres turn a side-slipping car back '
+                                  'towards its velocity)', -100.0, 100.0)
     tau_per_speed: float = setting(0.0103, 'growth of tau_s with the forward speed (s per m/s): '
                                    'the yaw time constant of tyres with cornering stiffness '
                                    'grows with speed', 0.0, 10.0)
