@@ -6,9 +6,11 @@ import pytest
 from robot_dynamics_learning.control.car_estimator_params import CarStateEstimatorConfig
 from robot_dynamics_learning.signals.mocap import MocapEstimator, MocapEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import (CommandedEstimator, fit_yaw_model,
+                                                        replay_yaw_rates, tune_yaw_filter,
                                                         YawKalmanFilter, YawModelConfig)
 
-MODEL = YawModelConfig(gain=2.5, cubic=0.0, tau_s=0.05)
+MODEL = YawModelConfig(gain=2.5, cubic=0.0, tau_s=0.05, tau_per_speed=0.0, lateral_gain=0.0,
+                       step_rate=0.0)
 
 
 def drive(steering_of_t, seconds=3.0, rate=100.0, vx=1.5, model=MODEL, yaw_std=0.001,
@@ -142,3 +144,95 @@ def test_the_bias_may_move_faster_in_hard_turns_only():
         return kf.P[2, 2] - before
     assert bias_variance(3.0, 0.1, 0.1) == pytest.approx(bias_variance(0.0, 0.1, 0.1), rel=1e-3)
     assert bias_variance(3.0, 3.0, 2.0) == pytest.approx(5.0 * bias_variance(0.0, 3.0, 2.0))
+
+
+def test_the_scalar_filter_is_the_matrix_kalman_filter():
+    """The hand-expanded covariance algebra equals F P F^T + Q and the gain update."""
+    model = dataclasses.replace(MODEL, tau_per_speed=0.02, step_rate=0.4, step_memory_s=0.1,
+                                slip_accel=3.0)
+    kf = YawKalmanFilter(model, yaw=0.3, rate=0.5)
+    kf._p = [4e-4, 1e-3, -2e-3, 0.3, 0.05, 0.2]
+    x, P = kf.x, kf.P
+    dt, steady, vx, step = 0.012, 1.1, 2.0, 0.25
+    kf.predict(dt, steady, vx, step)
+    tau = model.tau_s + 0.02 * vx
+    a = np.exp(-dt / tau)
+    h = tau * (1 - a)
+    F = np.array([[1, h, dt - h], [0, a, 1 - a], [0, 0, 1]])
+    q = model.accel_noise * (1 + (vx * step / 0.4) ** 2)
+    qb = model.bias_noise * (1 + (vx * x[1] / 3.0) ** 2)
+    Q = np.array([[q * dt ** 3 / 3, q * dt ** 2 / 2, 0], [q * dt ** 2 / 2, q * dt, 0],
+                  [0, 0, qb * dt]])
+    x = F @ x + np.array([dt - h, 1 - a, 0]) * steady
+    P = F @ P @ F.T + Q
+    np.testing.assert_allclose(kf.x, x, rtol=1e-12)
+    np.testing.assert_allclose(kf.P, P, rtol=1e-12)
+    kf.correct(0.31)
+    gain = P[:, 0] / (P[0, 0] + model.yaw_noise ** 2)
+    np.testing.assert_allclose(kf.x, x + gain * (0.31 - x[0]), rtol=1e-12)
+    np.testing.assert_allclose(kf.P, P - np.outer(gain, P[0]), rtol=1e-12, atol=1e-15)
+
+
+def test_steering_steps_raise_the_yaw_acceleration_noise_for_a_while():
+    model = dataclasses.replace(MODEL, step_rate=0.5, step_memory_s=0.1)
+
+    def rate_variance(steps, which=model):
+        kf = YawKalmanFilter(which, yaw=0.0, rate=0.0)
+        for step in steps:
+            kf.predict(0.01, 0.0, 2.0, step)
+        return kf.P[1, 1], kf.step_memory
+    calm, memory = rate_variance([0.0])
+    stepped, memory = rate_variance([0.5])
+    assert memory == pytest.approx(1.0)   # vx * |step|
+    # the extra variance is the accel noise times (memory / step_rate)^2 = 4 over one step
+    assert stepped - calm == pytest.approx(4.0 * model.accel_noise * 0.01, rel=1e-9)
+    _, memory = rate_variance([0.5] + [0.0] * 10)
+    assert memory == pytest.approx(np.exp(-1.0))   # decays over step_memory_s
+    assert rate_variance([0.5], dataclasses.replace(model, step_rate=0.0))[0] == calm
+
+
+def test_the_model_uses_the_lateral_velocity_and_a_speed_dependent_lag():
+    model = dataclasses.replace(MODEL, lateral_gain=1.5, tau_per_speed=0.01)
+    assert model.steady_rate(2.0, 0.2, vy=0.1) == pytest.approx(2.0 * 2.5 * 0.2 + 0.15)
+    assert model.time_constant(3.0) == pytest.approx(0.05 + 0.03)
+    assert model.time_constant(-1.0) == pytest.approx(0.05)
+    assert fit_yaw_model([drive(lambda t: 0.3 * np.sin(3 * t), seconds=3.0)[:3]],
+                         base=model).lateral_gain == 0.0
+
+
+def test_replay_gives_what_the_estimator_streams():
+    time, poses, steering, _ = drive(lambda t: 0.3 * np.sin(4 * t) + (0.2 if t > 1 else 0))
+    model = dataclasses.replace(MODEL, lateral_gain=0.5, tau_per_speed=0.01, step_rate=0.3)
+    streamed = stream(CommandedEstimator(model=model), time, poses, steering)
+    fit = MocapEstimator()
+    fitted = np.full((len(time), 6), np.nan)
+    for k in range(len(time)):
+        fit.update(float(time[k]), *poses[k])
+        if fit.estimate() is not None:
+            fitted[k] = fit.estimate().state
+    replayed = replay_yaw_rates(model, time, poses[:, 2], fitted, steering)
+    np.testing.assert_allclose(replayed, streamed, rtol=0, atol=1e-12)
+    assert np.isfinite(replayed[10:]).all()
+
+
+def test_tune_yaw_filter_repairs_a_wrong_model():
+    drives = []
+    for seed in range(2):
+        time, poses, steering, r = drive(lambda t, s=seed: 0.4 * np.sin((2 + s) * t),
+                                         seconds=4.0, seed=seed)
+        fit = MocapEstimator()
+        fitted = np.full((len(time), 6), np.nan)
+        for k in range(len(time)):
+            fit.update(float(time[k]), *poses[k])
+            if fit.estimate() is not None:
+                fitted[k] = fit.estimate().state
+        drives.append((time, poses[:, 2], fitted, steering, r))
+    wrong = dataclasses.replace(MODEL, gain=1.5, tau_s=0.2, accel_noise=1.0, bias_noise=0.1)
+    _, start = tune_yaw_filter(drives, wrong, names=(), max_evals=1)
+    tuned, score = tune_yaw_filter(drives, wrong, names=('gain', 'tau_s'), max_evals=60)
+    assert score < 0.7 * start, (score, start)
+    assert tuned.gain == pytest.approx(MODEL.gain, rel=0.15)
+    assert tuned.accel_noise == wrong.accel_noise    # not among the names: kept
+    with pytest.raises(ValueError, match='no pose'):
+        tune_yaw_filter([(time, poses[:, 2], fitted, steering, np.full(len(time), np.nan))],
+                        wrong, names=('gain',), max_evals=2)

@@ -41,11 +41,15 @@ class CarStateEstimatorConfig(CarCommandSettings):
     steer_gain: float = setting_of(YawModelConfig, 'gain')
     steer_cubic: float = setting_of(YawModelConfig, 'cubic')
     yaw_tau_s: float = setting_of(YawModelConfig, 'tau_s')
+    yaw_tau_per_speed: float = setting_of(YawModelConfig, 'tau_per_speed')
+    yaw_lateral_gain: float = setting_of(YawModelConfig, 'lateral_gain')
     command_delay_s: float = setting_of(YawModelConfig, 'delay_s')
     yaw_noise: float = setting_of(YawModelConfig, 'yaw_noise')
     yaw_accel_noise: float = setting_of(YawModelConfig, 'accel_noise')
     yaw_bias_noise: float = setting_of(YawModelConfig, 'bias_noise')
     yaw_slip_accel: float = setting_of(YawModelConfig, 'slip_accel')
+    yaw_step_rate: float = setting_of(YawModelConfig, 'step_rate')
+    yaw_step_memory_s: float = setting_of(YawModelConfig, 'step_memory_s')
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""
@@ -62,6 +66,8 @@ class CarStateEstimatorConfig(CarCommandSettings):
         """Return the command-driven yaw filter's settings."""
         return YawModelConfig(
             gain=self.steer_gain, cubic=self.steer_cubic, tau_s=self.yaw_tau_s,
+            tau_per_speed=self.yaw_tau_per_speed, lateral_gain=self.yaw_lateral_gain,
             delay_s=self.command_delay_s, yaw_noise=self.yaw_noise,
             accel_noise=self.yaw_accel_noise, bias_noise=self.yaw_bias_noise,
-            slip_accel=self.yaw_slip_accel, command_timeout_s=self.command_timeout_s)
+            slip_accel=self.yaw_slip_accel, step_rate=self.yaw_step_rate,
+            step_memory_s=self.yaw_step_memory_s, command_timeout_s=self.command_timeout_s)

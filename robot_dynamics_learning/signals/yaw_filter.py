@@ -2,14 +2,19 @@
 Yaw rate from mocap yaw and the steering command: a small Kalman filter with a car model.
 
 A polynomial fit of the yaw alone must trade noise against lag (docs/results_car.md section
-8). Here the steering command predicts the yaw rate: a kinematic bicycle with a first-order
-lag, r' = (vx * (gain * s + cubic * s^3) + b - r) / tau, where s is the steering command
-`delay_s` before the instant, vx the fitted forward speed and b a slowly drifting bias that
-absorbs slip, understeer and a steering offset. States [yaw, r, b]; the mocap yaw is the
-measurement. `CommandedEstimator` runs it beside `MocapEstimator` (positions, vx, vy) and
-falls back to that fit's yaw rate whenever no fresh command is held. `fit_yaw_model` identifies the
-model's constants from recordings with commands.
+8). Here the steering command predicts the yaw rate: a bicycle with a first-order lag,
+r' = (vx * (gain * s + cubic * s^3) + lateral_gain * vy + b - r) / (tau_s + tau_per_speed *
+vx), where s is the steering command `delay_s` before the instant, vx and vy the fitted
+velocities and b a slowly drifting bias that absorbs slip, saturation and a steering offset
+(the vy term and the speed-dependent lag are a bicycle with linear tyres). States [yaw, r,
+b]; the mocap yaw is the measurement. The process noise of r grows after steering steps (the
+model's transients are least certain there) and that of b in hard turns.
+`CommandedEstimator` runs it beside `MocapEstimator` (positions, vx, vy) and falls back to
+that fit's yaw rate whenever no fresh command is held. `fit_yaw_model` identifies the
+model's constants from recordings with commands, `tune_yaw_filter` refines them and the
+noises against the filter's own error.
 """
+import dataclasses
 from dataclasses import dataclass, field, replace
 import itertools
 import math
@@ -19,6 +24,7 @@ import numpy as np
 from robot_dynamics_learning.params import check_ranges, setting
 from robot_dynamics_learning.signals.mocap import (CarStateEstimate, MocapEstimator,
                                                    MocapEstimatorConfig, offline_body_states)
+from scipy.optimize import minimize
 from scipy.signal import lfilter
 
 
@@ -28,25 +34,38 @@ class YawModelConfig:
     The yaw model and the filter's noise (units: s, rad, rad/s).
 
     For a bicycle of wheelbase L with steering angle k * s: gain = k / L. Only the ratio of
-    yaw_noise to the process noises matters. Defaults: gain, cubic, tau_s and delay_s fitted
-    on all 17 DART Vicon recordings, the noises chosen on 6 of them (docs/results_car.md
-    section 8).
+    yaw_noise to the process noises matters. Defaults: the DART car's, identified on all 17
+    of its Vicon recordings (`fit_yaw_model`, then `tune_yaw_filter`; bench/car_data.py,
+    docs/results_car.md section 8).
     """
 
-    gain: float = setting(2.30, 'steady yaw rate per speed and unit steering (rad/m): r = vx * '
+    gain: float = setting(2.21, 'steady yaw rate per speed and unit steering (rad/m): r = vx * '
                           '(gain * s + cubic * s^3)', -1e3, 1e3)
-    cubic: float = setting(-0.81, 'cubic term of that map (rad/m)', -1e3, 1e3)
-    tau_s: float = setting(0.08, 'lag of the yaw rate behind the steering (s)', 0.001, 10.0)
+    cubic: float = setting(-0.79, 'cubic term of that map (rad/m)', -1e3, 1e3)
+    tau_s: float = setting(0.054, 'lag of the yaw rate behind the steady rate at standstill '
+                           '(s); tau_s + tau_per_speed * vx while driving', 0.001, 10.0)
+    lateral_gain: float = setting(1.84, 'steady yaw rate per lateral velocity (1/m): r = ... + '
+                                  'lateral_gain * vy, the measured vy (a linear-tyre bicycle: '
+                                  'positive when the rear tyres turn a side-slipping car back '
+                                  'towards its velocity)', -100.0, 100.0)
+    tau_per_speed: float = setting(0.0103, 'growth of tau_s with the forward speed (s per m/s): '
+                                   'the yaw time constant of tyres with cornering stiffness '
+                                   'grows with speed', 0.0, 10.0)
     delay_s: float = setting(0.0, 'command transport delay: the command held at t - delay_s '
                              'drives the model at t (s)', 0.0, 1.0)
     yaw_noise: float = setting(0.01, 'mocap yaw noise as the filter sees it (rad)', 1e-6, 1.0)
-    accel_noise: float = setting(8.0, 'density of the unmodelled yaw acceleration '
+    accel_noise: float = setting(7.0, 'density of the unmodelled yaw acceleration '
                                  '((rad/s^2)^2 s)', 1e-6, 1e6)
-    bias_noise: float = setting(2.0, 'density of the yaw-rate bias drift (slip, steering '
+    bias_noise: float = setting(0.45, 'density of the yaw-rate bias drift (slip, steering '
                                 'offset; (rad/s)^2/s)', 0.0, 1e6)
-    slip_accel: float = setting(3.0, 'lateral acceleration vx * r at which the bias noise '
+    slip_accel: float = setting(2.0, 'lateral acceleration vx * r at which the bias noise '
                                 'doubles; it grows with its square (m/s^2; 0: constant)', 0.0,
                                 100.0)
+    step_rate: float = setting(0.28, 'steering step vx * |change of the command| (m/s), summed '
+                               'and decaying over step_memory_s, at which the yaw acceleration '
+                               'noise doubles; it grows with its square (0: constant)', 0.0,
+                               100.0)
+    step_memory_s: float = setting(0.096, 'decay time of that step memory (s)', 0.001, 10.0)
     command_timeout_s: float = setting(0.5, 'a command older than this at the pose stamp '
                                        'counts as absent: the fit answers (s)', 0.01, 10.0)
 
@@ -54,9 +73,13 @@ class YawModelConfig:
         """Refuse values the filter cannot use, naming them."""
         check_ranges(self)
 
-    def steady_rate(self, vx: float, steering: float) -> float:
-        """Return the steady yaw rate (rad/s) the model predicts at speed vx and steering."""
-        return vx * (self.gain * steering + self.cubic * steering ** 3)
+    def steady_rate(self, vx: float, steering: float, vy: float = 0.0) -> float:
+        """Return the steady yaw rate (rad/s) the model predicts at vx, vy (m/s), steering."""
+        return vx * (self.gain * steering + self.cubic * steering ** 3) + self.lateral_gain * vy
+
+    def time_constant(self, vx: float) -> float:
+        """Return the lag (s) of the yaw rate behind the steady rate at forward speed vx."""
+        return self.tau_s + self.tau_per_speed * max(vx, 0.0)
 
 
 class CommandHistory:
@@ -88,36 +111,119 @@ class CommandHistory:
 
 
 class YawKalmanFilter:
-    """Linear Kalman filter on [yaw, r, b] with the model's input; exact discretisation."""
+    """
+    Linear Kalman filter on [yaw, r, b] with the model's input; exact discretisation.
+
+    Scalar arithmetic on the six distinct covariance entries (about 6x faster than 3 x 3
+    numpy products: `tune_yaw_filter` runs it millions of times); `x` and `P` return arrays.
+    """
 
     def __init__(self, model: YawModelConfig, yaw: float, rate: float) -> None:
         self.model = model
-        self.x = np.array([yaw, rate, 0.0])
+        self.yaw, self.rate, self.bias = yaw, rate, 0.0
         # Start: the fit's yaw and rate, uncertain by about their fit noise; bias unknown.
-        self.P = np.diag([model.yaw_noise ** 2, 0.25, 0.25])
+        self._p = [model.yaw_noise ** 2, 0.0, 0.0, 0.25, 0.0, 0.25]   # 00 01 02 11 12 22
+        self.step_memory = 0.0
 
-    def predict(self, dt: float, steady_rate: float, vx: float) -> None:
-        """Advance by dt (s) with the model's steady yaw rate held over the step, at speed vx."""
+    @property
+    def x(self) -> np.ndarray:
+        """State [yaw, r, b] (rad, rad/s, rad/s)."""
+        return np.array([self.yaw, self.rate, self.bias])
+
+    @property
+    def P(self) -> np.ndarray:
+        """State covariance (3, 3)."""
+        p00, p01, p02, p11, p12, p22 = self._p
+        return np.array([[p00, p01, p02], [p01, p11, p12], [p02, p12, p22]])
+
+    def predict(self, dt: float, steady_rate: float, vx: float, step: float = 0.0) -> None:
+        """
+        Advance by dt (s) with the model's steady yaw rate held over the step, at speed vx.
+
+        step: the change of the held steering command since the last prediction; vx * |step|
+        feeds the step memory that raises the yaw acceleration noise (`step_rate`).
+        """
         m = self.model
         bias_noise = m.bias_noise
         if m.slip_accel > 0:
-            bias_noise *= 1.0 + (vx * self.x[1] / m.slip_accel) ** 2
-        a = math.exp(-dt / m.tau_s)
-        h = m.tau_s * (1.0 - a)
-        F = np.array([[1.0, h, dt - h], [0.0, a, 1.0 - a], [0.0, 0.0, 1.0]])
-        self.x = F @ self.x + np.array([dt - h, 1.0 - a, 0.0]) * steady_rate
+            bias_noise *= 1.0 + (vx * self.rate / m.slip_accel) ** 2
+        self.step_memory = (self.step_memory * math.exp(-dt / m.step_memory_s)
+                            + abs(vx * step))
         q = m.accel_noise
-        Q = np.array([[q * dt ** 3 / 3.0, q * dt ** 2 / 2.0, 0.0],
-                      [q * dt ** 2 / 2.0, q * dt, 0.0],
-                      [0.0, 0.0, bias_noise * dt]])
-        self.P = F @ self.P @ F.T + Q
+        if m.step_rate > 0:
+            q *= 1.0 + (self.step_memory / m.step_rate) ** 2
+        tau = m.time_constant(vx)
+        a = math.exp(-dt / tau)
+        h = tau * (1.0 - a)
+        g0, g1 = dt - h, 1.0 - a   # F = [[1, h, g0], [0, a, g1], [0, 0, 1]]
+        target = self.bias + steady_rate
+        self.yaw += h * self.rate + g0 * target
+        self.rate = a * self.rate + g1 * target
+        p00, p01, p02, p11, p12, p22 = self._p
+        f0 = (p00 + h * p01 + g0 * p02, p01 + h * p11 + g0 * p12, p02 + h * p12 + g0 * p22)
+        f1 = (a * p11 + g1 * p12, a * p12 + g1 * p22)   # (F P)[1, 1:], its [1, 0] is unused
+        self._p = [f0[0] + h * f0[1] + g0 * f0[2] + q * dt ** 3 / 3.0,
+                   a * f0[1] + g1 * f0[2] + q * dt ** 2 / 2.0,
+                   f0[2],
+                   a * f1[0] + g1 * f1[1] + q * dt,
+                   f1[1],
+                   p22 + bias_noise * dt]
 
     def correct(self, yaw: float) -> None:
         """Fuse one measured yaw (rad, unwrapped to the filter's yaw)."""
-        innovation = yaw - self.x[0]
-        gain = self.P[:, 0] / (self.P[0, 0] + self.model.yaw_noise ** 2)
-        self.x = self.x + gain * innovation
-        self.P = self.P - np.outer(gain, self.P[0, :])
+        p00, p01, p02, p11, p12, p22 = self._p
+        s = p00 + self.model.yaw_noise ** 2
+        k0, k1, k2 = p00 / s, p01 / s, p02 / s
+        innovation = yaw - self.yaw
+        self.yaw += k0 * innovation
+        self.rate += k1 * innovation
+        self.bias += k2 * innovation
+        self._p = [p00 - k0 * p00, p01 - k0 * p01, p02 - k0 * p02, p11 - k1 * p01,
+                   p12 - k1 * p02, p22 - k2 * p02]
+
+
+class YawRateTracker:
+    """
+    One drive of the filter: start from the fit, then predict with the held command and correct.
+
+    `CommandedEstimator` runs it pose by pose; `replay_yaw_rates` on stored fit states (what
+    `tune_yaw_filter` scores). `reset` when the filter must restart (no command, relock).
+    """
+
+    def __init__(self, model: YawModelConfig) -> None:
+        self.model = model
+        self.filter: Optional[YawKalmanFilter] = None
+        self.stamp = 0.0
+        self._held: Optional[float] = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the filter has started (the next step predicts from `stamp`)."""
+        return self.filter is not None
+
+    def reset(self) -> None:
+        """Forget the filter; the next step starts a new one from the fit."""
+        self.filter = None
+        self._held = None
+
+    def step(self, stamp: float, yaw: float, fitted_yaw: float, fitted_rate: float, vx: float,
+             vy: float, held: Optional[float]) -> Tuple[float, float]:
+        """
+        Take one pose: measured yaw (rad), the fit's yaw and rate, the previous vx and vy (m/s).
+
+        held: the steering command held at the previous step's stamp minus delay_s (None: no
+        command: the model predicts a zero steady rate). Returns the filter's (yaw, r).
+        """
+        if self.filter is None:
+            self.filter = YawKalmanFilter(self.model, fitted_yaw, fitted_rate)
+        else:
+            rate = 0.0 if held is None else self.model.steady_rate(vx, held, vy)
+            step = 0.0 if held is None or self._held is None else held - self._held
+            self.filter.predict(stamp - self.stamp, rate, vx, step)
+            self._held = held
+        self.filter.correct(yaw)
+        self.stamp = stamp
+        return self.filter.yaw, self.filter.rate
 
 
 @dataclass
@@ -140,8 +246,7 @@ class CommandedEstimator:
         self.commands = CommandHistory()
         self.command_counters = {'command_accepted': 0, 'command_rejected_nan': 0,
                                  'command_rejected_late': 0, 'fit_fallback': 0}
-        self._filter: Optional[YawKalmanFilter] = None
-        self._filter_stamp = 0.0
+        self._tracker = YawRateTracker(self.model)
         self._relocks = 0
         self._latest: Optional[CarStateEstimate] = None
 
@@ -192,28 +297,24 @@ class CommandedEstimator:
         fitted = self.fit.estimate()
         if self.fit.counters['relocked'] != self._relocks or fitted is None:
             self._relocks = self.fit.counters['relocked']
-            self._filter = None
+            self._tracker.reset()
         steering = self.commands.at(stamp - self.model.delay_s, self.model.command_timeout_s)
         if fitted is None or steering is None:
-            self._filter = None
+            self._tracker.reset()
             if fitted is not None:
                 self.command_counters['fit_fallback'] += 1
             self._latest = fitted
             return None
-        measured = self.fit.last_yaw
-        if self._filter is None:
-            self._filter = YawKalmanFilter(self.model, float(fitted.state[2]),
-                                           float(fitted.state[5]))
-        else:
-            held = self.commands.at(self._filter_stamp - self.model.delay_s,
+        held = None
+        if self._tracker.running:
+            held = self.commands.at(self._tracker.stamp - self.model.delay_s,
                                     self.model.command_timeout_s)
-            vx = float(previous.state[3]) if previous is not None else 0.0
-            rate = 0.0 if held is None else self.model.steady_rate(vx, held)
-            self._filter.predict(stamp - self._filter_stamp, rate, vx)
-        self._filter.correct(measured)
-        self._filter_stamp = stamp
+        vx = vy = 0.0
+        if previous is not None:
+            vx, vy = float(previous.state[3]), float(previous.state[4])
         state = fitted.state.copy()
-        state[2], state[5] = self._filter.x[0], self._filter.x[1]
+        state[2], state[5] = self._tracker.step(stamp, self.fit.last_yaw, float(fitted.state[2]),
+                                                float(fitted.state[5]), vx, vy, held)
         self._latest = fitted._replace(state=state)
         return None
 
@@ -228,7 +329,8 @@ def fit_yaw_model(drives: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]],
 
     For every (tau, delay) of the grids the model's yaw rate is linear in (gain, cubic): least
     squares against the zero-phase yaw rate over all drives; the grid point with the least
-    residual wins. The noise settings are taken from `base`.
+    residual wins. The noise settings are taken from `base`; lateral_gain and tau_per_speed
+    are 0 (this fit has no vy and a constant lag: `tune_yaw_filter` sets them).
     """
     pieces = []
     for time, poses, steering in drives:
@@ -252,4 +354,84 @@ def fit_yaw_model(drives: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]],
             best = (residual, coef, tau, delay)
     _, coef, tau, delay = best
     return replace(base, gain=float(coef[0]), cubic=float(coef[1]), tau_s=float(tau),
-                   delay_s=float(delay))
+                   delay_s=float(delay), lateral_gain=0.0, tau_per_speed=0.0)
+
+
+def replay_yaw_rates(model: YawModelConfig, time: np.ndarray, yaw: np.ndarray,
+                     fitted: np.ndarray, steering: np.ndarray) -> np.ndarray:
+    """
+    Return the yaw rates (T,) `CommandedEstimator` gives on a recording, from stored fits.
+
+    time, yaw (T,): pose stamps and mocap yaw (unwrapped); fitted (T, 6): the fit's states
+    at those poses (`MocapEstimator`, NaN where it had none: skipped); steering (T,): one
+    command per pose, stamped with it (a recording's commands, as `car_data` reads them).
+    """
+    tracker = YawRateTracker(model)
+    out = np.full(len(time), np.nan)
+    vx = vy = 0.0
+    for k in range(len(time)):
+        if not math.isfinite(fitted[k, 5]):
+            continue
+        held = None
+        if tracker.running:
+            index = int(np.searchsorted(time, tracker.stamp - model.delay_s, side='right'))
+            held = float(steering[max(index - 1, 0)])
+        out[k] = tracker.step(float(time[k]), float(yaw[k]), float(fitted[k, 2]),
+                              float(fitted[k, 5]), vx, vy, held)[1]
+        vx, vy = float(fitted[k, 3]), float(fitted[k, 4])
+    return out
+
+
+TUNED = ('gain', 'cubic', 'tau_s', 'tau_per_speed', 'lateral_gain', 'accel_noise',
+         'bias_noise', 'slip_accel', 'step_rate', 'step_memory_s')
+
+
+def tune_yaw_filter(drives: Sequence[Tuple[np.ndarray, ...]],
+                    base: YawModelConfig = YawModelConfig(), names: Sequence[str] = TUNED,
+                    max_evals: int = 200) -> Tuple[YawModelConfig, float]:
+    """
+    Choose the model and noise settings that minimise the filter's error on recordings.
+
+    drives: (time, yaw, fitted, steering, reference) per recording, the first four as
+    `replay_yaw_rates` takes them, reference (T,) the zero-phase yaw rate (NaN where none,
+    e.g. `estimator_check.reference_states(...)[:, 5]`). Powell's method from `base` over the
+    settings `names` (positive ones in log scale, within their declared ranges; a setting
+    that is 0 in `base` stays off), at most max_evals filter runs; the objective is the
+    RMSE pooled over every pose with a reference. `fit_yaw_model` gives a good start: the
+    filter's own error rewards what the yaw-rate domain least squares cannot weigh, the
+    mocap noise it passes. Returns (settings, their pooled RMSE in rad/s); no names: `base`
+    and its RMSE.
+    """
+    fields = {f.name: f for f in dataclasses.fields(YawModelConfig)}
+    names = [n for n in names if getattr(base, n) != 0.0 or fields[n].metadata['range'][0] < 0]
+    logs = [fields[n].metadata['range'][0] >= 0 for n in names]
+    bounds = []
+    for name, log in zip(names, logs):
+        low, high = fields[name].metadata['range']
+        bounds.append((math.log(max(low, 1e-9)), math.log(high)) if log else (low, high))
+
+    def settings(z: np.ndarray) -> YawModelConfig:
+        values = {n: float(math.exp(v) if log else v) for n, v, log in zip(names, z, logs)}
+        return replace(base, **values)
+
+    def pooled_rmse(z: np.ndarray) -> float:
+        model = settings(z)
+        total, count = 0.0, 0
+        for time, yaw, fitted, steering, reference in drives:
+            error = replay_yaw_rates(model, time, yaw, fitted, steering) - reference
+            error = error[np.isfinite(error)]
+            total, count = total + float(error @ error), count + len(error)
+        if count == 0:
+            raise ValueError('tune_yaw_filter: no pose has both an estimate and a reference')
+        return math.sqrt(total / count)
+
+    start = np.array([math.log(getattr(base, n)) if log else getattr(base, n)
+                      for n, log in zip(names, logs)])
+    start_rmse = pooled_rmse(start)
+    if not names:
+        return base, start_rmse
+    result = minimize(pooled_rmse, start, method='Powell', bounds=bounds,
+                      options={'maxfev': max_evals, 'xtol': 1e-2, 'ftol': 1e-4})
+    if result.fun >= start_rmse:
+        return base, start_rmse
+    return settings(result.x), float(result.fun)
