@@ -92,3 +92,27 @@ def excursion_cost(lateral: torch.Tensor, half_width: float, margin: float,
     """
     excess = torch.clamp(lateral.abs() - (half_width - margin), min=0.0)
     return weight * (excess ** 2).sum(-1) + centre_weight * (lateral ** 2).sum(-1)
+
+
+def lateral_accel_cost(velocities: torch.Tensor, limit: float, weight: float) -> torch.Tensor:
+    """
+    Grip bound: weight * sum over steps of max(|vx r| - limit, 0)^2.
+
+    velocities (K, H, 3) predicted body velocities [vx, vy, r]; |vx r| (m/s^2) is the
+    lateral acceleration of a car turning at yaw rate r without sliding, which the surface
+    bounds (limit: what it holds, e.g. `learning/car_grip.GripEstimator`'s estimate).
+    """
+    excess = torch.clamp((velocities[..., 0] * velocities[..., 2]).abs() - limit, min=0.0)
+    return weight * (excess ** 2).sum(-1)
+
+
+def lateral_accel_cost_grad(velocities: torch.Tensor, limit: float,
+                            weight: float) -> torch.Tensor:
+    """Gradient (K, H, 3) of `lateral_accel_cost` with respect to the (K, H, 3) velocities."""
+    vx, r = velocities[..., 0], velocities[..., 2]
+    lateral = vx * r
+    factor = (2.0 * weight) * torch.clamp(lateral.abs() - limit, min=0.0) * torch.sign(lateral)
+    grad = torch.zeros_like(velocities)
+    grad[..., 0] = factor * r
+    grad[..., 2] = factor * vx
+    return grad
