@@ -97,7 +97,10 @@ class Variant(NamedTuple):
 
 
 GRIP_WEIGHT = 20.0
-GRIP_MARGIN = 0.1
+GRIP_MARGIN = 0.2
+# the simulated car's centre of mass to front axle (m): the turn-in's yaw acceleration adds
+# lever x |dr/dt| to what that axle must hold (MPCConfig.grip_lever)
+GRIP_LEVER = 0.087
 # The learners compared in one run.
 VARIANTS = {'no_adaptation': Variant(None), 'one_step': Variant(ADAPTATION),
             'rollout10': Variant(dataclasses.replace(ADAPTATION, rollout_steps=10)),
@@ -174,7 +177,8 @@ def sim_run(variant: Variant, seed: int = 0, target_speed: float = TARGET_SPEED,
     started = time.perf_counter()
     torch.manual_seed(seed)
     mpc_config = MPCConfig(target_speed=target_speed, budget_s=10.0,
-                           grip_weight=variant.grip_weight, grip_margin=GRIP_MARGIN)
+                           grip_weight=variant.grip_weight, grip_margin=GRIP_MARGIN,
+                           grip_lever=GRIP_LEVER)
     lap = drive_laps(laps=laps, candidates=32, refine_candidates=16,
                      friction=FrictionChange(CHANGE_S, 0.5), seed=seed,
                      max_time_s=laps * 15.0, on_tick=None if config is None else on_tick,
@@ -213,6 +217,7 @@ def sim(speed: float = TARGET_SPEED, variants: Tuple[str, ...] = SIM_VARIANTS
                            'grip_weight': variant.grip_weight}
     return {'target_speed_mps': speed, 'friction_change_s': CHANGE_S, 'friction_factor': 0.5,
             'tolerance': TOLERANCE, 'seeds': list(SEEDS), 'grip_margin': GRIP_MARGIN,
+            'grip_lever_m': GRIP_LEVER,
             'variants': described, **results}
 
 

@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 import pytest
+from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.control.car_training import build_car_model, load_car_model
 from robot_dynamics_learning.control.costs import lateral_accel_cost, lateral_accel_cost_grad
 from robot_dynamics_learning.control.mpc import MPCConfig, TrackMPC
@@ -40,6 +41,23 @@ def test_lateral_accel_cost_penalises_only_the_excess_and_its_gradient_is_exact(
     assert torch.allclose(lateral_accel_cost_grad(random, 1.0, 7.0), expected, atol=1e-12)
 
 
+def test_the_yaw_lever_adds_the_turn_in_and_its_gradient_is_exact():
+    velocities = torch.tensor([[[2.0, 0.0, 1.0], [2.0, 0.0, 1.5]]], dtype=torch.float64)
+    r0 = torch.tensor([0.0], dtype=torch.float64)
+    # demands |vx r| + 0.1 |dr/dt|: 2 + 0.1 x 20 = 4 and 3 + 0.1 x 10 = 4; limit 3
+    assert float(lateral_accel_cost(velocities, 3.0, 1.0, r0, 0.1, 0.05)) == \
+        pytest.approx(2.0)
+    assert float(lateral_accel_cost(velocities, 3.0, 1.0, r0, 0.0, 0.05)) == 0.0
+    generator = torch.Generator().manual_seed(1)
+    random = torch.randn(4, 20, 3, dtype=torch.float64, generator=generator) * 2.0
+    r0 = torch.randn(4, dtype=torch.float64, generator=generator)
+    leaf = random.clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad(
+        lateral_accel_cost(leaf, 1.0, 7.0, r0, 0.09, 0.05).sum(), leaf)
+    mine = lateral_accel_cost_grad(random, 1.0, 7.0, r0, 0.09, 0.05)
+    assert torch.allclose(mine, expected, atol=1e-10 * float(expected.abs().max()))
+
+
 @pytest.fixture(scope='module')
 def shipped():
     return load_car_model(resource('config/models/car_mlp_sim.pt'))
@@ -58,7 +76,7 @@ def _turn_state(track: Track) -> np.ndarray:
 
 
 def test_track_cost_reverse_pass_with_the_grip_bound_matches_autograd(shipped):
-    mpc = _mpc(shipped, grip_weight=20.0, lateral_accel_max=1.0)
+    mpc = _mpc(shipped, grip_weight=20.0, lateral_accel_max=1.0, grip_lever=0.09)
     x0, s0, previous, window = mpc._tick_inputs(_turn_state(mpc.track))
     x0, s0, previous = x0.double(), s0.double(), previous.double()
     window = tuple(part.double() for part in window)
@@ -112,7 +130,8 @@ def test_the_bound_slows_the_plan_in_a_turn_and_keeps_the_safety_checks(shipped)
 
 @pytest.mark.parametrize('settings, match', [({'grip_weight': -1.0}, 'grip_weight'),
                                              ({'lateral_accel_max': 0.0}, 'lateral_accel_max'),
-                                             ({'grip_margin': 1.0}, 'grip_margin')])
+                                             ({'grip_margin': 1.0}, 'grip_margin'),
+                                             ({'grip_lever': -0.1}, 'grip_lever')])
 def test_grip_settings_are_validated(settings, match):
     with pytest.raises(ValueError, match=match):
         MPCConfig(**settings)
@@ -183,3 +202,13 @@ def test_car_adaptation_estimates_grip_from_stamped_states_and_commands():
     diagnostics = adaptation.diagnostics()
     assert diagnostics['grip_sliding'] > 100 and diagnostics['train_steps'] == 0
     assert diagnostics['grip_estimate'] == adaptation.grip_estimate()
+
+
+def test_car_mpc_settings_reach_the_mpc_with_zero_as_no_limit():
+    assert CarMPCConfig().mpc_config().lateral_accel_max == math.inf
+    config = CarMPCConfig(grip_weight=5.0, lateral_accel_max=3.0, grip_margin=0.2,
+                          grip_lever=0.09).mpc_config()
+    assert (config.grip_weight, config.lateral_accel_max, config.grip_margin,
+            config.grip_lever) == (5.0, 3.0, 0.2, 0.09)
+    with pytest.raises(ValueError, match='grip_weight'):
+        CarMPCConfig(grip_weight=-1.0)

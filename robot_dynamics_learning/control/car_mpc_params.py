@@ -74,6 +74,9 @@ class CarMPCConfig:
                                        'none, the bound waits for the estimate)', 0.0, 100.0)
     grip_margin: float = setting(MPCConfig.grip_margin, 'share of the surface limit kept in '
                                  'reserve by the bound', 0.0, 0.9)
+    grip_lever: float = setting(MPCConfig.grip_lever, 'centre of mass to front axle (m): the '
+                                'bound adds grip_lever x |dr/dt| (the turn-in) to |vx r| (0: '
+                                'the lateral acceleration alone)', 0.0, 10.0)
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""
@@ -90,4 +93,5 @@ class CarMPCConfig:
                          compiled=self.compile, degrade=self.degrade,
                          line_search_threads=self.line_search_threads,
                          grip_weight=self.grip_weight, grip_margin=self.grip_margin,
+                         grip_lever=self.grip_lever,
                          lateral_accel_max=self.lateral_accel_max or math.inf)

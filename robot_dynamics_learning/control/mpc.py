@@ -64,7 +64,9 @@ class MPCConfig:
     faster line searches; 0 picks by the cores this process may use,
     `auto_line_search_threads`); grip_weight: weight of the lateral-acceleration bound (0:
     off); lateral_accel_max: the surface's limit (m/s^2; inf: none until one is set with
-    `TrackMPC.set_lateral_accel_max`); grip_margin: share of the limit kept in reserve.
+    `TrackMPC.set_lateral_accel_max`); grip_margin: share of the limit kept in reserve;
+    grip_lever (m): adds grip_lever x |dr/dt| to the bounded |vx r| (an axle that far from
+    the centre of mass also carries the yaw acceleration of a turn-in; 0: off).
     """
 
     horizon: int = 20
@@ -90,6 +92,7 @@ class MPCConfig:
     grip_weight: float = 0.0
     lateral_accel_max: float = math.inf
     grip_margin: float = 0.1
+    grip_lever: float = 0.0
 
     def __post_init__(self) -> None:
         """Validate every value, naming the bad one."""
@@ -108,7 +111,7 @@ class MPCConfig:
                 raise ValueError(f'{name} must be positive, got {getattr(self, name)}')
         for name in ('progress_weight', 'speed_weight', 'excursion_weight', 'centre_weight',
                      'track_margin', 'magnitude_weight', 'rate_weight', 'barrier_weight',
-                     'grip_weight'):
+                     'grip_weight', 'grip_lever'):
             if not getattr(self, name) >= 0:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
         if not self.lateral_accel_max > 0:
@@ -259,7 +262,8 @@ class TrackMPC:
                 + limit_barrier(u, self.lower, self.upper, cfg.barrier_weight))
         grip = self._grip_limit()
         if grip is not None:
-            cost = cost + lateral_accel_cost(velocities, grip, cfg.grip_weight)
+            cost = cost + lateral_accel_cost(velocities, grip, cfg.grip_weight, x0[:, 5],
+                                             cfg.grip_lever, self.model.h)
         return cost
 
     def _track_cost_grad(self, velocities: torch.Tensor, u: torch.Tensor, x0: torch.Tensor,
@@ -310,8 +314,9 @@ class TrackMPC:
             grad_v[..., 0] += grad_speeds
             grip = self._grip_limit()
             if grip is not None:
-                cost = cost + lateral_accel_cost(velocities, grip, cfg.grip_weight)
-                grad_v += lateral_accel_cost_grad(velocities, grip, cfg.grip_weight)
+                terms = (velocities, grip, cfg.grip_weight, x0[:, 5], cfg.grip_lever, h)
+                cost = cost + lateral_accel_cost(*terms)
+                grad_v += lateral_accel_cost_grad(*terms)
             grad_u = (regularizer_grad(u, previous, cfg.magnitude_weight, cfg.rate_weight)
                       + limit_barrier_grad(u, self.lower, self.upper, cfg.barrier_weight))
         return cost, grad_v, grad_u
