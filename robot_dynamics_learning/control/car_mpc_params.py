@@ -74,9 +74,10 @@ class CarMPCConfig:
                                        'none, the bound waits for the estimate)', 0.0, 100.0)
     grip_margin: float = setting(MPCConfig.grip_margin, 'share of the surface limit kept in '
                                  'reserve by the bound', 0.0, 0.9)
-    grip_lever: float = setting(MPCConfig.grip_lever, 'centre of mass to front axle (m): the '
-                                'bound adds grip_lever x |dr/dt| (the turn-in) to |vx r| (0: '
-                                'the lateral acceleration alone)', 0.0, 10.0)
+    grip_lever: float = setting(0.087, 'centre of mass to front axle (m; the DART car and '
+                                'car_sim: 0.087): the bound adds grip_lever x |dr/dt| (the '
+                                'turn-in) to |vx r| (0: the lateral acceleration alone)', 0.0,
+                                10.0)
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""

@@ -91,7 +91,7 @@ class MPCConfig:
     line_search_threads: int = 0
     grip_weight: float = 0.0
     lateral_accel_max: float = math.inf
-    grip_margin: float = 0.1
+    grip_margin: float = 0.2
     grip_lever: float = 0.0
 
     def __post_init__(self) -> None:
