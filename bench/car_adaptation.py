@@ -30,9 +30,16 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
 4. Grip limit (`limit`): a pure-pursuit driver on the true state with a speed profile at
    90 % of the grip limit (`grip_limited_laps`), on the old and the half-grip surface: the
    lap times the car can do there, without model or optimiser.
+5. The grip-aware MPC (`grip`: 1.75 m/s, `grip_1.5`): the MPC's lateral-acceleration bound
+   (`GRIP_WEIGHT`, `GRIP_MARGIN`, `GRIP_LEVER`) with the online grip estimate of
+   `CarAdaptation` (`learning/car_grip.py`), without (`grip_only`) and with model adaptation
+   (`grip_rollout10`), beside the same-run baselines (no adaptation; the 10-step learner
+   without the bound); `grip_known`: the bound with the surface's true limit instead of the
+   estimate (1.75 m/s).
 Writes bench/results/car_adaptation.json (each part with its start time, wall time and load;
 parts run in separate processes merge). Usage: python -m bench.car_adaptation
-[limit|sim|sim_1.5|oracle|real ...] (default all; about 30 min on one core).
+[limit|sim|sim_1.5|grip|grip_1.5|grip_known|oracle|real ...] (default all; about an hour on
+one core).
 """
 import copy
 import dataclasses
@@ -88,12 +95,15 @@ class Variant(NamedTuple):
 
     adaptation None: the MPC keeps the shipped model and no estimate is made; train False:
     `CarAdaptation` builds transitions and the grip estimate but never trains; grip_weight
-    > 0: the MPC's lateral-acceleration bound takes the online grip estimate every tick.
+    > 0: the MPC's lateral-acceleration bound takes the online grip estimate every tick;
+    known_grip: it takes the simulated surface's true limit mu_static g instead (what a
+    perfect estimate would give).
     """
 
     adaptation: Optional[CarAdaptationConfig]
     train: bool = True
     grip_weight: float = 0.0
+    known_grip: bool = False
 
 
 GRIP_WEIGHT = 20.0
@@ -108,7 +118,9 @@ VARIANTS = {'no_adaptation': Variant(None), 'one_step': Variant(ADAPTATION),
                                                               smooth_s=0.1)),
             'grip_only': Variant(ADAPTATION, train=False, grip_weight=GRIP_WEIGHT),
             'grip_rollout10': Variant(dataclasses.replace(ADAPTATION, rollout_steps=10),
-                                      grip_weight=GRIP_WEIGHT)}
+                                      grip_weight=GRIP_WEIGHT),
+            'grip_known': Variant(ADAPTATION, train=False, grip_weight=GRIP_WEIGHT,
+                                  known_grip=True)}
 # `grip`, `grip_1.5`: the grip-aware MPC with and without model adaptation, and the
 # same-run baselines (no adaptation; the 10-step learner without the bound)
 GRIP_VARIANTS = ('no_adaptation', 'grip_only', 'grip_rollout10', 'rollout10')
@@ -170,7 +182,10 @@ def sim_run(variant: Variant, seed: int = 0, target_speed: float = TARGET_SPEED,
         if variant.train:
             adaptation.train_pending()
             swaps[0] += adaptation.swap()
-        if variant.grip_weight > 0:
+        if variant.known_grip:
+            surface = FrictionChange(CHANGE_S, 0.5).params_at(CarParams(), stamp)
+            mpc.set_lateral_accel_max(surface.mu_static * GRAVITY)
+        elif variant.grip_weight > 0:
             mpc.set_lateral_accel_max(adaptation.grip_estimate())
         grip_log.append((stamp, adaptation.grip_estimate()))
 
@@ -214,7 +229,8 @@ def sim(speed: float = TARGET_SPEED, variants: Tuple[str, ...] = SIM_VARIANTS
         variant = VARIANTS[name]
         described[name] = {'adaptation': None if variant.adaptation is None
                            else variant.adaptation.__dict__, 'train': variant.train,
-                           'grip_weight': variant.grip_weight}
+                           'grip_weight': variant.grip_weight,
+                           'known_grip': variant.known_grip}
     return {'target_speed_mps': speed, 'friction_change_s': CHANGE_S, 'friction_factor': 0.5,
             'tolerance': TOLERANCE, 'seeds': list(SEEDS), 'grip_margin': GRIP_MARGIN,
             'grip_lever_m': GRIP_LEVER,
@@ -406,14 +422,17 @@ def real(h: float = 0.05) -> dict:
 
 def main(parts: Optional[List[str]] = None) -> None:
     """Run the asked parts (default all) and merge them into the JSON (with when and how long)."""
-    parts = parts or ['limit', 'sim', 'sim_1.5', 'grip', 'grip_1.5', 'oracle', 'real']
+    parts = parts or ['limit', 'sim', 'sim_1.5', 'grip', 'grip_1.5', 'grip_known', 'oracle',
+                      'real']
     torch.set_num_threads(1)
     done = {}
     default_speed = functools.partial(sim, DEFAULT_SPEED, ('no_adaptation', 'rollout10'))
     grip = functools.partial(sim, TARGET_SPEED, GRIP_VARIANTS)
     grip_default_speed = functools.partial(sim, DEFAULT_SPEED, GRIP_VARIANTS)
+    grip_known = functools.partial(sim, TARGET_SPEED, ('grip_known',))
     for name, part in (('limit', limit), ('sim', sim), ('sim_1.5', default_speed),
                        ('grip', grip), ('grip_1.5', grip_default_speed),
+                       ('grip_known', grip_known),
                        ('oracle', oracle), ('real', real)):
         if name in parts:
             started, utc = time.perf_counter(), time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
