@@ -35,7 +35,10 @@ from robot_dynamics_learning.params import check_ranges, setting
 
 MIN_SPEED = 0.3      # m/s: slower transitions say nothing about grip (r / r_kin is noise)
 MIN_YAW_RATE = 0.5   # rad/s: |r_kin| below this is straight driving, no lateral evidence
-PEAK_WINDOW = 20     # informative transitions (1 s at 20 Hz) searched for the breakaway
+# Informative transitions (1 s at 20 Hz) searched for the breakaway: longer than the filter
+# takes to call a slide (about 11 transitions for a mismatch of 0.6 at slip_gain 0.1), so
+# the window still holds the gripping transitions before it.
+PEAK_WINDOW = 20
 
 
 @dataclass(frozen=True)
