@@ -30,9 +30,16 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
 4. Grip limit (`limit`): a pure-pursuit driver on the true state with a speed profile at
    90 % of the grip limit (`grip_limited_laps`), on the old and the half-grip surface: the
    lap times the car can do there, without model or optimiser.
+5. The grip-aware MPC (`grip`: 1.75 m/s, `grip_1.5`): the MPC's lateral-acceleration bound
+   (`GRIP_WEIGHT`, `GRIP_MARGIN`, `GRIP_LEVER`) with the online grip estimate of
+   `CarAdaptation` (`learning/car_grip.py`), without (`grip_only`) and with model adaptation
+   (`grip_rollout10`), beside the same-run baselines (no adaptation; the 10-step learner
+   without the bound); `grip_known`: the bound with the surface's true limit instead of the
+   estimate (1.75 m/s).
 Writes bench/results/car_adaptation.json (each part with its start time, wall time and load;
 parts run in separate processes merge). Usage: python -m bench.car_adaptation
-[limit|sim|sim_1.5|oracle|real ...] (default all; about 30 min on one core).
+[limit|sim|sim_1.5|grip|grip_1.5|grip_known|oracle|real ...] (default all; about an hour on
+one core).
 """
 import copy
 import dataclasses
@@ -44,7 +51,7 @@ from pathlib import Path
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from robot_dynamics_learning.control.car_evaluation import evaluate_car_model
@@ -52,6 +59,7 @@ from robot_dynamics_learning.control.car_training import (DEFAULT_LR, fit_car_mo
                                                           fit_car_rollout, load_car_model,
                                                           train_car)
 from robot_dynamics_learning.control.demo_lap import DEFAULT_MODEL, DEFAULT_TRACK, drive_laps
+from robot_dynamics_learning.control.mpc import MPCConfig
 from robot_dynamics_learning.control.track import LapCounter, load_track_spec, Track
 from robot_dynamics_learning.data.car_datasets import car_dataset
 from robot_dynamics_learning.data.datasets import load_rc_car, rc_car_files
@@ -79,11 +87,43 @@ SEEDS = (0, 1)
 ADAPTATION = CarAdaptationConfig(min_transitions=20, batch_size=128, learning_rate=3e-4,
                                  updates_per_transition=1.0, recent_capacity=400,
                                  recent_fraction=0.5, publish_every=10, command_delay_s=0.04)
-# The learners compared in one run (None: the MPC keeps the shipped model).
-VARIANTS = {'no_adaptation': None, 'one_step': ADAPTATION,
-            'rollout10': dataclasses.replace(ADAPTATION, rollout_steps=10),
-            'rollout10_smoothed': dataclasses.replace(ADAPTATION, rollout_steps=10,
-                                                      smooth_s=0.1)}
+
+
+class Variant(NamedTuple):
+    """
+    One compared run: the learner's settings, whether it fine-tunes, the MPC's grip bound.
+
+    adaptation None: the MPC keeps the shipped model and no estimate is made; train False:
+    `CarAdaptation` builds transitions and the grip estimate but never trains; grip_weight
+    > 0: the MPC's lateral-acceleration bound takes the online grip estimate every tick;
+    known_grip: it takes the simulated surface's true limit mu_static g instead (what a
+    perfect estimate would give).
+    """
+
+    adaptation: Optional[CarAdaptationConfig]
+    train: bool = True
+    grip_weight: float = 0.0
+    known_grip: bool = False
+
+
+GRIP_WEIGHT = 20.0
+GRIP_MARGIN = 0.2
+# the simulated car's centre of mass to front axle (m): the turn-in's yaw acceleration adds
+# lever x |dr/dt| to what that axle must hold (MPCConfig.grip_lever)
+GRIP_LEVER = 0.087
+# The learners compared in one run.
+VARIANTS = {'no_adaptation': Variant(None), 'one_step': Variant(ADAPTATION),
+            'rollout10': Variant(dataclasses.replace(ADAPTATION, rollout_steps=10)),
+            'rollout10_smoothed': Variant(dataclasses.replace(ADAPTATION, rollout_steps=10,
+                                                              smooth_s=0.1)),
+            'grip_only': Variant(ADAPTATION, train=False, grip_weight=GRIP_WEIGHT),
+            'grip_rollout10': Variant(dataclasses.replace(ADAPTATION, rollout_steps=10),
+                                      grip_weight=GRIP_WEIGHT),
+            'grip_known': Variant(ADAPTATION, train=False, grip_weight=GRIP_WEIGHT,
+                                  known_grip=True)}
+# `grip`, `grip_1.5`: the grip-aware MPC with and without model adaptation, and the
+# same-run baselines (no adaptation; the 10-step learner without the bound)
+GRIP_VARIANTS = ('no_adaptation', 'grip_only', 'grip_rollout10', 'rollout10')
 # MPC target speed 1.75 m/s: the speed cost's optimum (progress reward) is about 2 m/s, over
 # the grip limit of the half-grip surface on the line the car drives; 1.5 m/s: car_mpc's
 # default (config/car.yaml), part `sim_1.5`.
@@ -120,12 +160,14 @@ def _lap_profile(lap: dict) -> Dict[str, list]:
             'lap_rear_slide_share': [float(sliding[k].mean()) for k in laps]}
 
 
-def sim_run(config: Optional[CarAdaptationConfig], seed: int = 0,
-            target_speed: float = TARGET_SPEED) -> dict:
-    """Drive LAPS laps with friction halving at CHANGE_S, adapting with `config` (None: not)."""
+def sim_run(variant: Variant, seed: int = 0, target_speed: float = TARGET_SPEED,
+            laps: float = LAPS) -> dict:
+    """Drive `laps` laps with friction halving at CHANGE_S, adapting as `variant` says."""
+    config = variant.adaptation
     adaptation: Optional[CarAdaptation] = None
     swaps = [0]
     shipped: List[CarModel] = []
+    grip_log: List[Tuple[float, float]] = []
 
     def on_tick(stamp: float, state: np.ndarray, command: np.ndarray, mpc) -> None:
         nonlocal adaptation
@@ -137,18 +179,34 @@ def sim_run(config: Optional[CarAdaptationConfig], seed: int = 0,
             adaptation.swap = weights_swapper(adaptation, mpc.load_state_dict)
         adaptation.add_state(stamp, state)
         adaptation.add_command(stamp, command)
-        adaptation.train_pending()
-        swaps[0] += adaptation.swap()
+        if variant.train:
+            adaptation.train_pending()
+            swaps[0] += adaptation.swap()
+        if variant.known_grip:
+            surface = FrictionChange(CHANGE_S, 0.5).params_at(CarParams(), stamp)
+            mpc.set_lateral_accel_max(surface.mu_static * GRAVITY)
+        elif variant.grip_weight > 0:
+            mpc.set_lateral_accel_max(adaptation.grip_estimate())
+        grip_log.append((stamp, adaptation.grip_estimate()))
 
     started = time.perf_counter()
     torch.manual_seed(seed)
-    lap = drive_laps(laps=LAPS, target_speed=target_speed, candidates=32, refine_candidates=16,
+    mpc_config = MPCConfig(target_speed=target_speed, budget_s=10.0,
+                           grip_weight=variant.grip_weight, grip_margin=GRIP_MARGIN,
+                           grip_lever=GRIP_LEVER)
+    lap = drive_laps(laps=laps, candidates=32, refine_candidates=16,
                      friction=FrictionChange(CHANGE_S, 0.5), seed=seed,
-                     max_time_s=LAPS * 15.0, on_tick=None if config is None else on_tick)
+                     max_time_s=laps * 15.0, on_tick=None if config is None else on_tick,
+                     mpc_config=mpc_config)
     result = _laps_summary(lap['lap_times_s'], lap['lap_max_lateral_m'], CHANGE_S)
     result.update(_lap_profile(lap), completed=lap['completed'], brakes=lap['brakes'],
                   wall_s=time.perf_counter() - started, weight_swaps=swaps[0])
-    if adaptation is not None:
+    if grip_log:
+        ends = np.cumsum(lap['lap_times_s'])
+        stamps, estimates = np.asarray(grip_log).T
+        result['grip_estimate_at_lap_end_mps2'] = [
+            float(estimates[np.searchsorted(stamps, end) - 1]) for end in ends]
+    if adaptation is not None and variant.train:
         result['learner'] = adaptation.diagnostics()
         driven = _driven(lap['arrays'], CHANGE_S + 10.0)
         result['new_surface_position_error_1s_m'] = {
@@ -158,15 +216,25 @@ def sim_run(config: Optional[CarAdaptationConfig], seed: int = 0,
     return result
 
 
-def sim(speed: float = TARGET_SPEED, variants: Tuple[str, ...] = tuple(VARIANTS)
+SIM_VARIANTS = ('no_adaptation', 'one_step', 'rollout10', 'rollout10_smoothed')
+
+
+def sim(speed: float = TARGET_SPEED, variants: Tuple[str, ...] = SIM_VARIANTS
         ) -> Dict[str, dict]:
     """Part 1: per variant the same runs (mocap noise seeds), one after the other."""
     results = {f'{variant}_seed{seed}': sim_run(VARIANTS[variant], seed, speed)
                for variant in tqdm(variants, desc='sim variants') for seed in SEEDS}
+    described = {}
+    for name in variants:
+        variant = VARIANTS[name]
+        described[name] = {'adaptation': None if variant.adaptation is None
+                           else variant.adaptation.__dict__, 'train': variant.train,
+                           'grip_weight': variant.grip_weight,
+                           'known_grip': variant.known_grip}
     return {'target_speed_mps': speed, 'friction_change_s': CHANGE_S, 'friction_factor': 0.5,
-            'tolerance': TOLERANCE, 'seeds': list(SEEDS),
-            'variants': {name: None if VARIANTS[name] is None else VARIANTS[name].__dict__
-                         for name in variants}, **results}
+            'tolerance': TOLERANCE, 'seeds': list(SEEDS), 'grip_margin': GRIP_MARGIN,
+            'grip_lever_m': GRIP_LEVER,
+            'variants': described, **results}
 
 
 def grip_limited_laps(friction: float, laps: float = 4.0, speed_share: float = 0.9,
@@ -354,11 +422,17 @@ def real(h: float = 0.05) -> dict:
 
 def main(parts: Optional[List[str]] = None) -> None:
     """Run the asked parts (default all) and merge them into the JSON (with when and how long)."""
-    parts = parts or ['limit', 'sim', 'sim_1.5', 'oracle', 'real']
+    parts = parts or ['limit', 'sim', 'sim_1.5', 'grip', 'grip_1.5', 'grip_known', 'oracle',
+                      'real']
     torch.set_num_threads(1)
     done = {}
     default_speed = functools.partial(sim, DEFAULT_SPEED, ('no_adaptation', 'rollout10'))
+    grip = functools.partial(sim, TARGET_SPEED, GRIP_VARIANTS)
+    grip_default_speed = functools.partial(sim, DEFAULT_SPEED, GRIP_VARIANTS)
+    grip_known = functools.partial(sim, TARGET_SPEED, ('grip_known',))
     for name, part in (('limit', limit), ('sim', sim), ('sim_1.5', default_speed),
+                       ('grip', grip), ('grip_1.5', grip_default_speed),
+                       ('grip_known', grip_known),
                        ('oracle', oracle), ('real', real)):
         if name in parts:
             started, utc = time.perf_counter(), time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())

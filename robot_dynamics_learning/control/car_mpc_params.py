@@ -5,6 +5,7 @@ The node declares its parameters from `CarMPCConfig` (default, description, rang
 field), and `params.load_node_config` reads the YAML block into the same class.
 """
 from dataclasses import dataclass
+import math
 
 from robot_dynamics_learning.control.mpc import MPCConfig
 from robot_dynamics_learning.control.optimizer import SOLVERS
@@ -64,6 +65,19 @@ class CarMPCConfig:
                                        'plus actuation_delay_s')
     actuation_delay_s: float = setting(0.0, 'transport and actuation delay added to the '
                                        'predicted latency (s)', 0.0, 0.5)
+    grip_weight: float = setting(MPCConfig.grip_weight, 'weight of the lateral-acceleration '
+                                 'bound: predicted |vx r| above (1 - grip_margin) x the '
+                                 'surface limit is penalised quadratically (0: off)', 0.0,
+                                 1e6)
+    lateral_accel_max: float = setting(0.0, 'the surface limit (m/s^2) until car/grip (the '
+                                       'online estimate of car_model_learner) gives one (0: '
+                                       'none, the bound waits for the estimate)', 0.0, 100.0)
+    grip_margin: float = setting(MPCConfig.grip_margin, 'share of the surface limit kept in '
+                                 'reserve by the bound', 0.0, 0.9)
+    grip_lever: float = setting(0.087, 'centre of mass to front axle (m; the DART car and '
+                                'car_sim: 0.087): the bound adds grip_lever x |dr/dt| (the '
+                                'turn-in) to |vx r| (0: the lateral acceleration alone)', 0.0,
+                                10.0)
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""
@@ -78,4 +92,7 @@ class CarMPCConfig:
                          steering_limits=(-self.steering_limit, self.steering_limit),
                          brake_command=(self.brake_throttle, 0.0), budget_s=self.budget_s,
                          compiled=self.compile, degrade=self.degrade,
-                         line_search_threads=self.line_search_threads)
+                         line_search_threads=self.line_search_threads,
+                         grip_weight=self.grip_weight, grip_margin=self.grip_margin,
+                         grip_lever=self.grip_lever,
+                         lateral_accel_max=self.lateral_accel_max or math.inf)

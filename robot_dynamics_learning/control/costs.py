@@ -6,7 +6,7 @@ Shapes: states (K, H, 6) [x, y, yaw, vx, vy, r] predicted for K candidate contro
 the control costs also have their gradients written out (`*_grad`, for the MPC's
 hand-written reverse pass, checked against autograd in the tests).
 """
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -92,3 +92,53 @@ def excursion_cost(lateral: torch.Tensor, half_width: float, margin: float,
     """
     excess = torch.clamp(lateral.abs() - (half_width - margin), min=0.0)
     return weight * (excess ** 2).sum(-1) + centre_weight * (lateral ** 2).sum(-1)
+
+
+def _axle_demand(velocities: torch.Tensor, r0: torch.Tensor, lever: float,
+                 h: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Return (|vx r| + lever |dr/dt|, dr/dt) per step: (K, H) each; r0 (K,) the start rate."""
+    r = velocities[..., 2]
+    rate = (r - torch.cat([r0.expand(r.shape[0]).unsqueeze(1), r[:, :-1]], dim=1)) / h
+    return (velocities[..., 0] * r).abs() + lever * rate.abs(), rate
+
+
+def lateral_accel_cost(velocities: torch.Tensor, limit: float, weight: float,
+                       r0: Optional[torch.Tensor] = None, lever: float = 0.0,
+                       h: float = 0.05) -> torch.Tensor:
+    """
+    Grip bound: weight * sum over steps of max(|vx r| + lever |dr/dt| - limit, 0)^2.
+
+    velocities (K, H, 3) predicted body velocities [vx, vy, r]; |vx r| (m/s^2) is the
+    lateral acceleration of a car turning at yaw rate r without sliding, which the surface
+    bounds (limit: what it holds, e.g. `learning/car_grip.GripEstimator`'s estimate).
+    lever (m) x the yaw acceleration adds what an axle that far from the centre of mass
+    needs to turn the car in (dr/dt by differences over the steps of h s from r0 (K,) or
+    (1,), the start state's yaw rate); 0: the lateral acceleration alone.
+    """
+    if lever > 0:
+        demand, _ = _axle_demand(velocities, r0, lever, h)
+    else:
+        demand = (velocities[..., 0] * velocities[..., 2]).abs()
+    excess = torch.clamp(demand - limit, min=0.0)
+    return weight * (excess ** 2).sum(-1)
+
+
+def lateral_accel_cost_grad(velocities: torch.Tensor, limit: float, weight: float,
+                            r0: Optional[torch.Tensor] = None, lever: float = 0.0,
+                            h: float = 0.05) -> torch.Tensor:
+    """Gradient (K, H, 3) of `lateral_accel_cost` with respect to the (K, H, 3) velocities."""
+    vx, r = velocities[..., 0], velocities[..., 2]
+    lateral = vx * r
+    if lever > 0:
+        demand, rate = _axle_demand(velocities, r0, lever, h)
+    else:
+        demand, rate = lateral.abs(), None
+    factor = (2.0 * weight) * torch.clamp(demand - limit, min=0.0)
+    grad = torch.zeros_like(velocities)
+    grad[..., 0] = factor * torch.sign(lateral) * r
+    grad[..., 2] = factor * torch.sign(lateral) * vx
+    if rate is not None:   # rate_i = (r_i - r_{i-1}) / h
+        through_rate = factor * (lever / h) * torch.sign(rate)
+        grad[..., 2] += through_rate
+        grad[:, :-1, 2] -= through_rate[:, 1:]
+    return grad

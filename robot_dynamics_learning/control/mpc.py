@@ -21,6 +21,11 @@ braking: the plan found so far is used (reason 'late'), and when the last tick s
 not even one iteration fits before the deadline, the shifted warm start itself (reason
 'warm_start'; never twice in a row, and never without a previous plan). With degrade off a
 solve over its budget is flagged (`ok` False) so that the caller brakes.
+Grip: with `grip_weight` > 0 and a finite lateral-acceleration limit (`lateral_accel_max`, or
+an online estimate handed over with `set_lateral_accel_max`), the cost also penalises the
+predicted |vx r| above (1 - grip_margin) x the limit (`costs.lateral_accel_cost`): the MPC
+slows down in the turns on a slippery surface instead of sliding. Without a limit the term
+is not evaluated at all: the same plans as before.
 """
 from dataclasses import dataclass
 import math
@@ -29,7 +34,8 @@ import time
 from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import numpy as np
-from robot_dynamics_learning.control.costs import (excursion_cost, limit_barrier,
+from robot_dynamics_learning.control.costs import (excursion_cost, lateral_accel_cost,
+                                                   lateral_accel_cost_grad, limit_barrier,
                                                    limit_barrier_grad, progress_cost,
                                                    regularizer, regularizer_grad)
 from robot_dynamics_learning.control.optimizer import (LineSearchOptimizer, OptimizeInfo,
@@ -56,7 +62,11 @@ class MPCConfig:
     flagging the tick for a brake (module docstring); line_search_threads: threads sharing
     the fast path's batched line-search rollouts (2 where a second core is free: about 1.6x
     faster line searches; 0 picks by the cores this process may use,
-    `auto_line_search_threads`).
+    `auto_line_search_threads`); grip_weight: weight of the lateral-acceleration bound (0:
+    off); lateral_accel_max: the surface's limit (m/s^2; inf: none until one is set with
+    `TrackMPC.set_lateral_accel_max`); grip_margin: share of the limit kept in reserve;
+    grip_lever (m): adds grip_lever x |dr/dt| to the bounded |vx r| (an axle that far from
+    the centre of mass also carries the yaw acceleration of a turn-in; 0: off).
     """
 
     horizon: int = 20
@@ -79,6 +89,10 @@ class MPCConfig:
     fast: bool = True
     degrade: bool = True
     line_search_threads: int = 0
+    grip_weight: float = 0.0
+    lateral_accel_max: float = math.inf
+    grip_margin: float = 0.2
+    grip_lever: float = 0.0
 
     def __post_init__(self) -> None:
         """Validate every value, naming the bad one."""
@@ -96,9 +110,15 @@ class MPCConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f'{name} must be positive, got {getattr(self, name)}')
         for name in ('progress_weight', 'speed_weight', 'excursion_weight', 'centre_weight',
-                     'track_margin', 'magnitude_weight', 'rate_weight', 'barrier_weight'):
+                     'track_margin', 'magnitude_weight', 'rate_weight', 'barrier_weight',
+                     'grip_weight', 'grip_lever'):
             if not getattr(self, name) >= 0:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        if not self.lateral_accel_max > 0:
+            raise ValueError(f'lateral_accel_max must be positive (inf: none), got '
+                             f'{self.lateral_accel_max}')
+        if not 0.0 <= self.grip_margin < 1.0:
+            raise ValueError(f'grip_margin must be in [0, 1), got {self.grip_margin}')
         brake = np.asarray(self.brake_command)
         if brake.shape != (2,) or not self.within_limits(brake):
             raise ValueError(f'brake_command {self.brake_command} must lie within the limits')
@@ -173,6 +193,7 @@ class TrackMPC:
         self.fused: Optional[Any] = None
         self._iteration_s = 0.0   # mean iteration time of the last optimised tick
         self._skipped = False     # the last tick used the warm start without optimising
+        self.lateral_accel_max = config.lateral_accel_max
         self._refresh()
 
     def _refresh(self) -> None:
@@ -185,6 +206,24 @@ class TrackMPC:
         """Load new model weights (e.g. from the online learner) and rebuild the fast path."""
         self.model.load_state_dict(state)
         self._refresh()
+
+    def set_lateral_accel_max(self, value: float) -> None:
+        """
+        Take the surface's lateral-acceleration limit (m/s^2; inf: none) for the next ticks.
+
+        From the online grip estimate (car_model_learner). A value that is not positive
+        (NaN included) is a ValueError and the limit in force is kept.
+        """
+        value = float(value)
+        if not value > 0:
+            raise ValueError(f'lateral_accel_max must be positive (inf: none), got {value}')
+        self.lateral_accel_max = value
+
+    def _grip_limit(self) -> Optional[float]:
+        """Return the bound on the predicted |vx r| (m/s^2), None when the term is off."""
+        if self.config.grip_weight > 0 and math.isfinite(self.lateral_accel_max):
+            return (1.0 - self.config.grip_margin) * self.lateral_accel_max
+        return None
 
     def reset(self) -> None:
         """Forget the warm start (e.g. after the car was stopped or moved)."""
@@ -215,12 +254,17 @@ class TrackMPC:
         poses = integrate_poses(x0[:, :3].expand(batch, 3), x0[:, 3:].expand(batch, 3),
                                 velocities, self.model.h)
         s, lateral = Track.project(poses[..., :2], window)
-        return (progress_cost(s[:, -1] - s0, velocities[..., 0], cfg.target_speed,
+        cost = (progress_cost(s[:, -1] - s0, velocities[..., 0], cfg.target_speed,
                               cfg.progress_weight, cfg.speed_weight)
                 + excursion_cost(lateral, self.track.half_width, cfg.track_margin,
                                  cfg.excursion_weight, cfg.centre_weight)
                 + regularizer(u, previous, cfg.magnitude_weight, cfg.rate_weight)
                 + limit_barrier(u, self.lower, self.upper, cfg.barrier_weight))
+        grip = self._grip_limit()
+        if grip is not None:
+            cost = cost + lateral_accel_cost(velocities, grip, cfg.grip_weight, x0[:, 5],
+                                             cfg.grip_lever, self.model.h)
+        return cost
 
     def _track_cost_grad(self, velocities: torch.Tensor, u: torch.Tensor, x0: torch.Tensor,
                          s0: torch.Tensor, previous: torch.Tensor, window: tuple
@@ -268,6 +312,11 @@ class TrackMPC:
             grad_v = 0.5 * to_mean  # mean_i = (v_{i-1} + v_i) / 2, v_{-1} = v0 fixed
             grad_v[:, :-1] += 0.5 * to_mean[:, 1:]
             grad_v[..., 0] += grad_speeds
+            grip = self._grip_limit()
+            if grip is not None:
+                terms = (velocities, grip, cfg.grip_weight, x0[:, 5], cfg.grip_lever, h)
+                cost = cost + lateral_accel_cost(*terms)
+                grad_v += lateral_accel_cost_grad(*terms)
             grad_u = (regularizer_grad(u, previous, cfg.magnitude_weight, cfg.rate_weight)
                       + limit_barrier_grad(u, self.lower, self.upper, cfg.barrier_weight))
         return cost, grad_v, grad_u

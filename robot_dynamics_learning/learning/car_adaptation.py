@@ -32,6 +32,9 @@ Two parts, both ROS-free (nodes/car_model_learner.py is their thin wrapper):
   `control/car_training.rollout_loss` (relative L1 of the velocities along the window plus
   position_weight x the mean position error), as `control/refine.py` fine-tunes offline: the
   MPC plans 20 steps with the model, and a one-step loss does not weigh how errors add up.
+- Each transition also updates `learning/car_grip.GripEstimator` (`grip_estimate`): the
+  lateral acceleration the surface holds, which the MPC's grip bound takes
+  (car_model_learner publishes it on `car/grip`).
 """
 import bisect
 from dataclasses import dataclass
@@ -42,10 +45,11 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.buffer import BufferConfig, StreamingBuffer
+from robot_dynamics_learning.learning.car_grip import GripConfig, GripEstimator
 from robot_dynamics_learning.learning.continual import (ContinualTrainer, Published,
                                                         SaveFunction, TrainerConfig)
 from robot_dynamics_learning.models.car_base import CarModel, relative_l1
-from robot_dynamics_learning.params import check_ranges, setting
+from robot_dynamics_learning.params import build_from, setting
 import torch
 
 STATE_HISTORY = 512   # newest states kept for interpolation (2 s at 240 Hz)
@@ -197,14 +201,15 @@ class CarTransitions:
 
 
 @dataclass(frozen=True)
-class CarAdaptationConfig:
+class CarAdaptationConfig(GripConfig):
     """
     Settings of online car-model adaptation (car_model_learner's learning settings).
 
     Transitions come from `CarTransitions` (h, max_gap_s, command_delay_s); the updates from
     the continual trainer on a buffer of recent and reservoir transitions; rollout_steps > 1
     trains the open-loop loss over k steps (`window_rollout_loss`) instead of the one-step
-    loss; smooth_s > 0 reads the states from a fixed-lag smoother.
+    loss; smooth_s > 0 reads the states from a fixed-lag smoother. The grip_* settings and
+    the car's steering geometry are the grip estimate's (`GripConfig`, inherited).
     """
 
     h: float = setting(0.05, 'model step = step of the transitions (s)', 0.005, 1.0)
@@ -243,7 +248,7 @@ class CarAdaptationConfig:
 
     def __post_init__(self) -> None:
         """Refuse settings that cannot work, naming them."""
-        check_ranges(self)
+        GripConfig.__post_init__(self)
         if self.rollout_steps > self.recent_capacity:
             raise ValueError(f'rollout_steps must be in [1, recent_capacity], got '
                              f'{self.rollout_steps}')
@@ -256,6 +261,10 @@ class CarAdaptationConfig:
                              publish_every=self.publish_every,
                              checkpoint_every_s=self.save_period_s, renormalize_factor=0.0,
                              max_cpu_share=self.train_cpu_share)
+
+    def grip(self) -> GripConfig:
+        """Return the grip estimate's settings."""
+        return build_from(GripConfig, self)
 
     def buffer(self) -> BufferConfig:
         """Return the buffer's settings: windows of rollout_steps (CarAdaptation breaks them)."""
@@ -300,6 +309,7 @@ class CarAdaptation:
         self.transitions = CarTransitions(config.h, config.max_gap_s, config.command_delay_s,
                                           config.smooth_s)
         self.buffer = StreamingBuffer(6, 2, 6, config.buffer(), rng)
+        self.grip = GripEstimator(config.grip())
         self._last_start = -math.inf   # stamp of the newest buffered transition
         loss = None
         if config.rollout_steps > 1:
@@ -320,7 +330,12 @@ class CarAdaptation:
                 self.buffer.reset()   # a window would take these transitions as h apart
             self._last_start = step.stamp
             self.buffer.append(step.stamp, step.state, step.command, step.next_state)
+            self.grip.update(step.command, step.next_state)
         return len(done)
+
+    def grip_estimate(self) -> float:
+        """Return the lateral acceleration the surface holds (m/s^2; the ceiling: no evidence)."""
+        return self.grip.estimate
 
     def train_pending(self) -> int:
         """Run the updates the budget allows now, in this thread (offline replay, benches)."""
@@ -345,7 +360,7 @@ class CarAdaptation:
                 'train_steps': trainer.steps, 'rejected_steps': trainer.rejected_steps,
                 'training_loss': trainer.last_loss,
                 'checkpoints_written': trainer.checkpoints_written,
-                'weights_version': self.published().version}
+                'weights_version': self.published().version, **self.grip.diagnostics()}
 
 
 def weights_swapper(adaptation: CarAdaptation, load: Callable[[dict], None]

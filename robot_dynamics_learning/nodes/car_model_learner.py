@@ -9,6 +9,9 @@ stamp (the state it was computed from). `ContinualTrainer` trains in its own thr
 refusal, gradient clipping, updates_per_transition budget, bounded buffer, at most
 train_cpu_share of a core) and writes an atomic checkpoint every save_period_s into
 checkpoint_dir, which car_mpc follows (the newest file, checked every reload_period_s).
+The grip estimate (`learning/car_grip.py`: the lateral acceleration the surface holds, from
+the same transitions) goes out on `car/grip` (std_msgs/Float64, m/s^2) after every state
+that completed a transition; car_mpc's grip bound takes it.
 Parameters: the fields of `CarModelLearnerConfig` (learning/car_adaptation_params.py).
 """
 from pathlib import Path
@@ -27,6 +30,7 @@ from robot_dynamics_learning.nodes.conversions import (parse_or_warn, PoseParser
                                                        stamp_to_ns, subscribe_commands)
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
+from std_msgs.msg import Float64
 
 STOP_TIMEOUT_S = 1.5   # the training thread's last update; a node has 2 s to end after SIGINT
 
@@ -56,6 +60,7 @@ class CarModelLearnerNode(Node):
                                  callback_group=inputs)
         self.create_subscription(TwistStamped, 'car/twist', self._on_twist,
                                  qos_profile_sensor_data, callback_group=inputs)
+        self.pub_grip = self.create_publisher(Float64, 'car/grip', 10)
         self.parser = subscribe_commands(self, config, self._on_command, callback_group=inputs)
         self.create_timer(5.0, self._log, callback_group=inputs)
         self.adaptation.start()
@@ -79,7 +84,8 @@ class CarModelLearnerNode(Node):
         stamp = self._pose[0] * 1e-9
         if stamp != self._state_stamp:
             self._state_stamp = stamp
-            self.adaptation.add_state(stamp, (*self._pose[1], *self._twist[1]))
+            if self.adaptation.add_state(stamp, (*self._pose[1], *self._twist[1])):
+                self.pub_grip.publish(Float64(data=self.adaptation.grip_estimate()))
 
     def _on_command(self, msg) -> None:
         command = parse_or_warn(self, self.parser, msg, 'command')

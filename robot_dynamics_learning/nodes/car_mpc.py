@@ -22,9 +22,14 @@ use_sim_time cannot change at run time (refused): without /clock it would stop b
 A lifecycle node (nodes/lifecycle.py): configure loads the model and warms up the MPC,
 deactivate sends the brake command and stops commanding, cleanup frees the MPC; with
 autostart (default) it configures and activates itself at start.
-Counters (commands, brake_*, rejected_*) and solve-time percentiles go to /diagnostics twice
-a second.
+Grip: with grip_weight > 0 the node takes the surface's lateral-acceleration limit from
+`car/grip` (std_msgs/Float64, m/s^2: car_model_learner's online estimate); each tick solves
+with the newest one (a value that is not positive is refused and counted in rejected_grip;
+the last good one stays in force). Until one arrives, lateral_accel_max (0: no bound).
+Counters (commands, brake_*, rejected_*, grip_updates) and solve-time percentiles go to
+/diagnostics twice a second.
 """
+import math
 from pathlib import Path
 import threading
 
@@ -47,6 +52,7 @@ from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMappin
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import declare_config, refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
+from std_msgs.msg import Float64
 import torch
 
 
@@ -74,6 +80,8 @@ class CarMPCNode(ManagedNode):
         self.pose_parser = PoseParser(check_stamps=False)   # stamps: the supervisor's
         self.solve_times = []
         self.delays = []
+        self._grip = None   # the newest car/grip value, applied by the next tick
+        self.grip_counts = {'grip_updates': 0, 'rejected_grip': 0}
         self.pub_command = self.create_publisher(Twist, 'command', 10)
         self.pub_gz = (self.create_publisher(Twist, 'cmd_vel_gz', 10)
                        if params.publish_gz_cmd else None)
@@ -82,6 +90,9 @@ class CarMPCNode(ManagedNode):
                                  callback_group=inputs)
         self.create_subscription(TwistStamped, 'car/twist', self._on_twist,
                                  qos_profile_sensor_data, callback_group=inputs)
+        if self.config.grip_weight > 0:
+            self.create_subscription(Float64, 'car/grip', self._on_grip, 10,
+                                     callback_group=inputs)
         self.create_timer(self.period, self._tick,
                           callback_group=MutuallyExclusiveCallbackGroup())
         self.create_timer(0.01, self._watchdog, callback_group=MutuallyExclusiveCallbackGroup())
@@ -169,6 +180,15 @@ class CarMPCNode(ManagedNode):
             self.get_logger().warn(f'dropped a state message: {reason} (stamp {stamp_ns} ns)',
                                    throttle_duration_sec=2.0)
 
+    def _on_grip(self, msg: Float64) -> None:
+        if not (math.isfinite(msg.data) and msg.data > 0):
+            self.grip_counts['rejected_grip'] += 1
+            self.get_logger().warn(f'refused a grip estimate of {msg.data} m/s^2',
+                                   throttle_duration_sec=2.0)
+            return
+        self._grip = float(msg.data)
+        self.grip_counts['grip_updates'] += 1
+
     def _publish_brake(self, reason: str) -> None:
         """Publish the brake command and count why (call with the lock held)."""
         if self.supervisor.brake(reason):
@@ -204,6 +224,8 @@ class CarMPCNode(ManagedNode):
             decision.stamp_ns, float(np.median(recent)) if recent else self.config.budget_s,
             self.config.budget_s, self.actuation_delay) if self.delay_compensation else 0.0)
         with self._solve_lock:
+            if self._grip is not None:
+                self.mpc.set_lateral_accel_max(self._grip)
             result = self.mpc.solve(decision.state, delay_s=delay)
         self.delays.append(delay)
         self.solve_times.append(result.seconds)
@@ -246,8 +268,8 @@ class CarMPCNode(ManagedNode):
     def _counts(self) -> dict:
         """Return the supervisor's counters and the rejected poses by reason."""
         rejected = dict(self.pose_parser.counter.rejected)   # one C-level copy: no lock
-        return {**self.counts, **{f'rejected_pose_{reason.value}': n
-                                  for reason, n in rejected.items()}}
+        return {**self.counts, **self.grip_counts,
+                **{f'rejected_pose_{reason.value}': n for reason, n in rejected.items()}}
 
     def _log(self) -> None:
         self.get_logger().info(f'{self._counts()}; {self._timing()}')
