@@ -200,16 +200,22 @@ def test_the_model_uses_the_lateral_velocity_and_a_speed_dependent_lag():
                          base=model).lateral_gain == 0.0
 
 
-def test_replay_gives_what_the_estimator_streams():
-    time, poses, steering, _ = drive(lambda t: 0.3 * np.sin(4 * t) + (0.2 if t > 1 else 0))
-    model = dataclasses.replace(MODEL, lateral_gain=0.5, tau_per_speed=0.01, step_rate=0.3)
-    streamed = stream(CommandedEstimator(model=model), time, poses, steering)
+def fitted_states(time: np.ndarray, poses: np.ndarray) -> np.ndarray:
+    """Return (T, 6) the position fit's states per pose, NaN while it warms up."""
     fit = MocapEstimator()
     fitted = np.full((len(time), 6), np.nan)
     for k in range(len(time)):
         fit.update(float(time[k]), *poses[k])
         if fit.estimate() is not None:
             fitted[k] = fit.estimate().state
+    return fitted
+
+
+def test_replay_gives_what_the_estimator_streams():
+    time, poses, steering, _ = drive(lambda t: 0.3 * np.sin(4 * t) + (0.2 if t > 1 else 0))
+    model = dataclasses.replace(MODEL, lateral_gain=0.5, tau_per_speed=0.01, step_rate=0.3)
+    streamed = stream(CommandedEstimator(model=model), time, poses, steering)
+    fitted = fitted_states(time, poses)
     replayed = replay_yaw_rates(model, time, poses[:, 2], fitted, steering)
     np.testing.assert_allclose(replayed, streamed, rtol=0, atol=1e-12)
     assert np.isfinite(replayed[10:]).all()
@@ -220,13 +226,7 @@ def test_tune_yaw_filter_repairs_a_wrong_model():
     for seed in range(2):
         time, poses, steering, r = drive(lambda t, s=seed: 0.4 * np.sin((2 + s) * t),
                                          seconds=4.0, seed=seed)
-        fit = MocapEstimator()
-        fitted = np.full((len(time), 6), np.nan)
-        for k in range(len(time)):
-            fit.update(float(time[k]), *poses[k])
-            if fit.estimate() is not None:
-                fitted[k] = fit.estimate().state
-        drives.append((time, poses[:, 2], fitted, steering, r))
+        drives.append((time, poses[:, 2], fitted_states(time, poses), steering, r))
     wrong = dataclasses.replace(MODEL, gain=1.5, tau_s=0.2, accel_noise=1.0, bias_noise=0.1)
     _, start = tune_yaw_filter(drives, wrong, names=(), max_evals=1)
     tuned, score = tune_yaw_filter(drives, wrong, names=('gain', 'tau_s'), max_evals=60)
@@ -234,5 +234,5 @@ def test_tune_yaw_filter_repairs_a_wrong_model():
     assert tuned.gain == pytest.approx(MODEL.gain, rel=0.15)
     assert tuned.accel_noise == wrong.accel_noise    # not among the names: kept
     with pytest.raises(ValueError, match='no pose'):
-        tune_yaw_filter([(time, poses[:, 2], fitted, steering, np.full(len(time), np.nan))],
+        tune_yaw_filter([(*drives[-1][:4], np.full(len(time), np.nan))],
                         wrong, names=('gain',), max_evals=2)
