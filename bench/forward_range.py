@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
+from bench.real_data_results import (_train_config, FORWARD_MODELS, FORWARD_SETUP, OBS_DROP,
+                                     WINDOW)
 import numpy as np
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.trajectory import Trajectory
@@ -29,9 +31,6 @@ from robot_dynamics_learning.models.feedback import FeedbackForwardModel
 from robot_dynamics_learning.models.registry import build_model
 import torch
 from tqdm import tqdm
-
-from bench.real_data_results import (_train_config, FORWARD_MODELS, FORWARD_SETUP, OBS_DROP,
-                                     WINDOW)
 
 RESULTS = Path(__file__).resolve().parent / 'results' / 'forward_range.json'
 MODELS = ('ac-RKN', 'LSTM', 'FFNN')

@@ -1,6 +1,9 @@
 """ac-RKN cell checked against a dense Kalman filter, and missing-observation behaviour."""
+import numpy as np
 import pytest
 from robot_dynamics_learning.core_types import SequenceBatch
+from robot_dynamics_learning.data.windows import window_arrays
+from robot_dynamics_learning.learning.training import train_model, TrainConfig
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.models.rkn_cell import (bands_to_dense, Belief,
                                                      factorized_predict, kalman_update,
@@ -176,3 +179,36 @@ def test_inverse_model_feeds_back_its_own_action_when_none_is_given():
     second_given = model.step(first.state, x, first.prediction)
     torch.testing.assert_close(second_own.prediction, second_given.prediction)
     assert bool((second_own.variance > 0).all())
+
+
+def _own_output_error(anchor_rate: float) -> tuple:
+    """Return (RMSE of a small trained model fed its own outputs over 200 steps, torque std)."""
+    rng = np.random.default_rng(0)
+    t = np.arange(2500) * 0.01
+    q = np.stack([np.sin(0.7 * t), np.sin(1.1 * t + 1.0)], 1)
+    q += 0.02 * rng.standard_normal(q.shape)
+    qd = np.gradient(q, 0.01, axis=0)
+    qdd = np.gradient(qd, 0.01, axis=0)
+    tau = 3.0 * np.sin(q) + 0.5 * qd
+    x = np.concatenate([q, qd, qdd], 1)
+    windows = window_arrays(x[1:1500], tau[:1499], tau[1:1500], 40, 20)   # training: 0-1499
+    torch.manual_seed(0)
+    model = build_model('ac_rkn_inverse', {'latent_obs_dim': 6, 'num_basis': 3, 'bandwidth': 1,
+                                           'anchor_rate': anchor_rate}, 6, 2, 2)
+    train_model(model, windows, None, TrainConfig(max_epochs=15, learning_rate=1e-2,
+                                                  progress=False))
+    model.eval()
+    state, errors = None, []
+    for k in range(1800, 2000):   # the measured torque only at the first step
+        given = torch.tensor(tau[k - 1:k], dtype=torch.float32) if state is None else None
+        out = model.step(state, torch.tensor(x[k:k + 1], dtype=torch.float32), given)
+        state = out.state
+        errors.append(out.prediction[0].numpy() - tau[k])
+    return float(np.sqrt(np.mean(np.square(errors)))), float(np.std(tau[1800:2000]))
+
+
+def test_an_anchored_inverse_model_does_not_drift_on_its_own_outputs():
+    """The paper's model integrates its errors fed back; the anchor keeps them bounded."""
+    (anchored, scale), (paper, _) = _own_output_error(0.5), _own_output_error(0.0)
+    assert anchored < 0.5 * paper, (anchored, paper)
+    assert anchored < 0.3 * scale, (anchored, scale)   # well below the torque's own spread

@@ -192,7 +192,9 @@ class AcRKNInverseConfig(ModelConfig):
     """
     ac-RKN inverse-model hyper-parameters (defaults: seed 004 Table 4, Panda inverse).
 
-    forward_weight is lambda in L_inv = RMSE(actions) + lambda L_fwd.
+    forward_weight is lambda in L_inv = RMSE(actions) + lambda L_fwd. anchor_rate k > 0 adds an
+    absolute-torque decoder; a prediction fed the model's own previous output (no measured
+    torque) moves that share of the way towards it (`AcRKNInverse`); 0 is the paper's model.
     """
 
     latent_obs_dim: int = 15
@@ -205,6 +207,7 @@ class AcRKNInverseConfig(ModelConfig):
     forward_weight: float = 0.158
     initial_covariance: float = 1.0
     variance_weight: float = 0.1
+    anchor_rate: float = 0.0
 
     def __post_init__(self) -> None:
         """Validate sizes and weights; hidden sizes become tuples."""
@@ -212,6 +215,8 @@ class AcRKNInverseConfig(ModelConfig):
         for name in ('forward_weight', 'variance_weight'):
             if getattr(self, name) < 0:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        if not 0.0 <= self.anchor_rate <= 1.0:
+            raise ValueError(f'anchor_rate must be in [0, 1], got {self.anchor_rate}')
         _tuple_fields(self, 'encoder_hidden', 'decoder_hidden', 'action_decoder_hidden',
                       'control_hidden')
 
@@ -234,6 +239,17 @@ class AcRKNInverse(DynamicsModel):
     action decoder reads the normalised [qd, qdd] of x_t. This keeps streaming causal: the
     predictor node has x_t, not o_{t+1}. Order per step: predict with the executed a_{t-1},
     update with o_t, decode a^_t = a_{t-1} + dec_action(z+_t, Sigma+_t, desired_t).
+
+    Fed its own outputs (no measured a_{t-1}), the paper's model integrates its decoded
+    differences, so their errors add up over a second (docs/results.md section 2). With
+    `anchor_rate` k > 0 an absolute decoder A(x_t) of tau_t is trained on its own RMSE
+    beside L_inv, and a step fed back its own a^_{t-1} (no measured torque) predicts
+    a^_t = (1 - k) (a^_{t-1} + dec_action(.)) + k A: an error decays by (1 - k) per step
+    instead of persisting (k = 1: the absolute decoder alone). Given the measured a_{t-1}
+    (training, `forward`, a `step` with the action) the prediction is the paper's: the anchor
+    only acts where the model is blind, so it cannot cost the change's accuracy (the decoder
+    would learn to cancel an anchor applied in training). A reads x_t alone: the latent state, fed the model's own torques, drifts
+    with them.
     """
 
     kind = 'inverse'
@@ -262,6 +278,8 @@ class AcRKNInverse(DynamicsModel):
         self.obs_decoder = mlp(2 * m, config.decoder_hidden, 2 * d)
         self.action_decoder = mlp(5 * m + 2 * d, config.action_decoder_hidden, d)
         self.action_var_decoder = mlp(3 * m, config.action_decoder_hidden, d)
+        if config.anchor_rate > 0:
+            self.absolute_decoder = mlp(3 * d, config.decoder_hidden, d)
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit input, torque, torque-difference and state-difference statistics."""
@@ -277,10 +295,14 @@ class AcRKNInverse(DynamicsModel):
         return InverseState(self.cell.init_belief(batch_size),
                             self.act_norm.mean.expand(batch_size, -1).clone())
 
-    def _decode_action(self, posterior: Belief, desired: torch.Tensor,
-                       previous: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Return a^_t = a_{t-1} + dec_action(.) and its variance, physical units."""
-        features = torch.cat([posterior.mean, posterior.cov, desired], -1)
+    def _decode_action(self, posterior: Belief, x: torch.Tensor, previous: torch.Tensor
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """
+        Return a^_t = a_{t-1} + dec_action(.) and its variance, physical units.
+
+        x: the normalised inputs [q, qd, qdd]; the desired change is its [qd, qdd].
+        """
+        features = torch.cat([posterior.mean, posterior.cov, x[..., self.n_target:]], -1)
         mean = previous + self.act_diff_norm.denormalize(self.action_decoder(features))
         var = self.act_diff_norm.denormalize_variance(
             elup1(self.action_var_decoder(posterior.cov.detach())))
@@ -301,14 +323,17 @@ class AcRKNInverse(DynamicsModel):
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau_t for every step (previous torques from `actions`)."""
         posteriors, _, x = self._windows(batch)
-        mean, var = self._decode_action(posteriors, x[..., self.n_target:], batch.actions)
-        return Prediction(mean, var)
+        return Prediction(*self._decode_action(posteriors, x, batch.actions))
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
-        """L_inv = RMSE(normalised action differences) + lambda L_fwd (+ variance NLL)."""
+        """
+        L_inv = RMSE(normalised action differences) + lambda L_fwd (+ variance NLL).
+
+        With an anchor, plus the absolute decoder's RMSE on the normalised torque.
+        """
         d = self.n_target
         posteriors, priors, x = self._windows(batch)
-        mean, var = self._decode_action(posteriors, x[..., d:], batch.actions)
+        mean, var = self._decode_action(posteriors, x, batch.actions)
         error = (mean - batch.targets) / self.act_diff_norm.std
         action_loss = rmse(error)
         state = batch.observations[..., :2 * d]
@@ -319,9 +344,15 @@ class AcRKNInverse(DynamicsModel):
         nll = 0.5 * (torch.log(var_n) + error.detach().pow(2) / var_n).mean()
         loss = (action_loss + self.config.forward_weight * forward_loss_value
                 + self.config.variance_weight * nll)
-        return loss, {'rmse_action_normalized': float(action_loss.detach()),
-                      'rmse_forward_normalized': float(forward_loss_value.detach()),
-                      'nll': float(nll.detach())}
+        metrics = {'rmse_action_normalized': float(action_loss.detach()),
+                   'rmse_forward_normalized': float(forward_loss_value.detach()),
+                   'nll': float(nll.detach())}
+        if self.config.anchor_rate > 0:
+            absolute = self.absolute_decoder(x)
+            absolute_loss = rmse(absolute - self.act_norm.normalize(batch.targets))
+            loss = loss + absolute_loss
+            metrics['rmse_absolute_normalized'] = float(absolute_loss.detach())
+        return loss, metrics
 
     def step(self, state: Optional[InverseState], observation: torch.Tensor,
              action: Optional[torch.Tensor] = None) -> StepOutput:
@@ -333,7 +364,8 @@ class AcRKNInverse(DynamicsModel):
         check_step_input('observation', observation, self.n_obs)
         if state is None:
             state = self.init_state(observation.shape[0])
-        if action is None:
+        blind = action is None
+        if blind:
             action = state.last_action
         else:
             check_step_input('action', action, self.n_act)
@@ -344,5 +376,8 @@ class AcRKNInverse(DynamicsModel):
                                       self.control(self.act_norm.normalize(action)))
             w, var_w = self.encoder(x[:, :2 * d])
             posterior = self.cell.update(prior, w, var_w)
-            mean, var = self._decode_action(posterior, x[:, d:], action)
+            mean, var = self._decode_action(posterior, x, action)
+            if blind and self.config.anchor_rate > 0:
+                anchor = self.act_norm.denormalize(self.absolute_decoder(x))
+                mean = mean + self.config.anchor_rate * (anchor - mean)
         return StepOutput(mean, var, InverseState(posterior, mean))
