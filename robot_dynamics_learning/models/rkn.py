@@ -248,8 +248,8 @@ class AcRKNInverse(DynamicsModel):
     instead of persisting (k = 1: the absolute decoder alone). Given the measured a_{t-1}
     (training, `forward`, a `step` with the action) the prediction is the paper's: the anchor
     only acts where the model is blind, so it cannot cost the change's accuracy (the decoder
-    would learn to cancel an anchor applied in training). A reads x_t alone: the latent state, fed the model's own torques, drifts
-    with them.
+    would learn to cancel an anchor applied in training). A reads x_t alone: the latent
+    state, fed the model's own torques, drifts with them.
     """
 
     kind = 'inverse'
