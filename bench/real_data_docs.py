@@ -282,7 +282,12 @@ def markdown(results: dict) -> str:
                   'is mostly sensor noise (see the 1 kHz tables). Schunk: `split_schunk` at its '
                   '250 Hz (4 ms), all 6 joints. "action loss only" is the model of the paper '
                   'trained without the forward-model term (lambda = 0 instead of 0.158) and with '
-                  'patience 30. Own outputs fed back: '
+                  'patience 30. "anchored" is the model of the paper with an absolute-torque '
+                  'decoder '
+                  'A(q, qd, qdd) trained beside it: fed its own previous torque (blind) each '
+                  'prediction moves half way to A (`anchor_rate` 0.5, models/rkn.py); given the '
+                  'measured tau(t-1) it predicts as the model of the paper. Own outputs fed '
+                  'back: '
                   'test recordings cut into 1 s segments (or the whole block where shorter), '
                   'the measured tau(t-1) given only at the first step of each.', '']
         for split, models in parts['control'].items():
