@@ -77,7 +77,7 @@ def _turn_state(track: Track) -> np.ndarray:
 
 def test_track_cost_reverse_pass_with_the_grip_bound_matches_autograd(shipped):
     mpc = _mpc(shipped, grip_weight=20.0, lateral_accel_max=1.0, grip_lever=0.09)
-    x0, s0, previous, window = mpc._tick_inputs(_turn_state(mpc.track))
+    x0, s0, previous, window, _ = mpc._tick_inputs(_turn_state(mpc.track))
     x0, s0, previous = x0.double(), s0.double(), previous.double()
     window = tuple(part.double() for part in window)
     generator = torch.Generator().manual_seed(2)
