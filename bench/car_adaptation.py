@@ -36,10 +36,15 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
    (`grip_rollout10`), beside the same-run baselines (no adaptation; the 10-step learner
    without the bound); `grip_known`: the bound with the surface's true limit instead of the
    estimate (1.75 m/s).
+6. The grip speed profile (`grip_profile`: 1.75 m/s, `grip_profile_1.5`): the bound with
+   the estimate and the MPC's speed targets from the track's grip-limited speed profile
+   (`MPCConfig.grip_speed_profile`), without (`grip_profile`) and with model adaptation
+   (`grip_profile_rollout10`), beside the same-run baselines (no adaptation; the bound
+   alone, `grip_only`).
 Writes bench/results/car_adaptation.json (each part with its start time, wall time and load;
 parts run in separate processes merge). Usage: python -m bench.car_adaptation
-[limit|sim|sim_1.5|grip|grip_1.5|grip_known|oracle|real ...] (default all; about an hour on
-one core).
+[limit|sim|sim_1.5|grip|grip_1.5|grip_known|grip_profile|grip_profile_1.5|oracle|real ...]
+(default all; about an hour on one core).
 """
 import copy
 import dataclasses
