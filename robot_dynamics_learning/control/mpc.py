@@ -28,8 +28,8 @@ slows down in the turns on a slippery surface instead of sliding. With `grip_spe
 the speed target of each predicted step also follows the track's grip-limited speed profile
 at that step's projected position (`TrackMPC.speed_profile`: the corner speed of that limit
 on the inside line, braked down to over the distance before the turn), so that the MPC
-slows before a turn rather than in it. Without a limit neither term is evaluated: the same plans
-as before.
+slows before a turn rather than in it. Without a limit neither term is evaluated: the same
+plans as before.
 """
 from dataclasses import dataclass
 import math
