@@ -36,10 +36,15 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
    (`grip_rollout10`), beside the same-run baselines (no adaptation; the 10-step learner
    without the bound); `grip_known`: the bound with the surface's true limit instead of the
    estimate (1.75 m/s).
+6. The grip speed profile (`grip_profile`: 1.75 m/s, `grip_profile_1.5`): the bound with
+   the estimate and the MPC's speed targets from the track's grip-limited speed profile
+   (`MPCConfig.grip_speed_profile`), without (`grip_profile`) and with model adaptation
+   (`grip_profile_rollout10`), beside the same-run baselines (no adaptation; the bound
+   alone, `grip_only`).
 Writes bench/results/car_adaptation.json (each part with its start time, wall time and load;
 parts run in separate processes merge). Usage: python -m bench.car_adaptation
-[limit|sim|sim_1.5|grip|grip_1.5|grip_known|oracle|real ...] (default all; about an hour on
-one core).
+[limit|sim|sim_1.5|grip|grip_1.5|grip_known|grip_profile|grip_profile_1.5|oracle|real ...]
+(default all; about an hour on one core).
 """
 import copy
 import dataclasses
@@ -97,13 +102,15 @@ class Variant(NamedTuple):
     `CarAdaptation` builds transitions and the grip estimate but never trains; grip_weight
     > 0: the MPC's lateral-acceleration bound takes the online grip estimate every tick;
     known_grip: it takes the simulated surface's true limit mu_static g instead (what a
-    perfect estimate would give).
+    perfect estimate would give); speed_profile: the bound also sets each predicted step's
+    speed target from the track's grip-limited speed profile (`MPCConfig.grip_speed_profile`).
     """
 
     adaptation: Optional[CarAdaptationConfig]
     train: bool = True
     grip_weight: float = 0.0
     known_grip: bool = False
+    speed_profile: bool = False
 
 
 GRIP_WEIGHT = 20.0
@@ -120,10 +127,17 @@ VARIANTS = {'no_adaptation': Variant(None), 'one_step': Variant(ADAPTATION),
             'grip_rollout10': Variant(dataclasses.replace(ADAPTATION, rollout_steps=10),
                                       grip_weight=GRIP_WEIGHT),
             'grip_known': Variant(ADAPTATION, train=False, grip_weight=GRIP_WEIGHT,
-                                  known_grip=True)}
+                                  known_grip=True),
+            'grip_profile': Variant(ADAPTATION, train=False, grip_weight=GRIP_WEIGHT,
+                                    speed_profile=True),
+            'grip_profile_rollout10': Variant(dataclasses.replace(ADAPTATION, rollout_steps=10),
+                                              grip_weight=GRIP_WEIGHT, speed_profile=True)}
 # `grip`, `grip_1.5`: the grip-aware MPC with and without model adaptation, and the
 # same-run baselines (no adaptation; the 10-step learner without the bound)
 GRIP_VARIANTS = ('no_adaptation', 'grip_only', 'grip_rollout10', 'rollout10')
+# `grip_profile`, `grip_profile_1.5`: the bound with the grip speed profile, with and without
+# model adaptation, beside the same-run baselines (no adaptation; the bound alone)
+PROFILE_VARIANTS = ('no_adaptation', 'grip_only', 'grip_profile', 'grip_profile_rollout10')
 # MPC target speed 1.75 m/s: the speed cost's optimum (progress reward) is about 2 m/s, over
 # the grip limit of the half-grip surface on the line the car drives; 1.5 m/s: car_mpc's
 # default (config/car.yaml), part `sim_1.5`.
@@ -193,7 +207,7 @@ def sim_run(variant: Variant, seed: int = 0, target_speed: float = TARGET_SPEED,
     torch.manual_seed(seed)
     mpc_config = MPCConfig(target_speed=target_speed, budget_s=10.0,
                            grip_weight=variant.grip_weight, grip_margin=GRIP_MARGIN,
-                           grip_lever=GRIP_LEVER)
+                           grip_lever=GRIP_LEVER, grip_speed_profile=variant.speed_profile)
     lap = drive_laps(laps=laps, candidates=32, refine_candidates=16,
                      friction=FrictionChange(CHANGE_S, 0.5), seed=seed,
                      max_time_s=laps * 15.0, on_tick=None if config is None else on_tick,
@@ -230,7 +244,8 @@ def sim(speed: float = TARGET_SPEED, variants: Tuple[str, ...] = SIM_VARIANTS
         described[name] = {'adaptation': None if variant.adaptation is None
                            else variant.adaptation.__dict__, 'train': variant.train,
                            'grip_weight': variant.grip_weight,
-                           'known_grip': variant.known_grip}
+                           'known_grip': variant.known_grip,
+                           'speed_profile': variant.speed_profile}
     return {'target_speed_mps': speed, 'friction_change_s': CHANGE_S, 'friction_factor': 0.5,
             'tolerance': TOLERANCE, 'seeds': list(SEEDS), 'grip_margin': GRIP_MARGIN,
             'grip_lever_m': GRIP_LEVER,
@@ -422,17 +437,20 @@ def real(h: float = 0.05) -> dict:
 
 def main(parts: Optional[List[str]] = None) -> None:
     """Run the asked parts (default all) and merge them into the JSON (with when and how long)."""
-    parts = parts or ['limit', 'sim', 'sim_1.5', 'grip', 'grip_1.5', 'grip_known', 'oracle',
-                      'real']
+    parts = parts or ['limit', 'sim', 'sim_1.5', 'grip', 'grip_1.5', 'grip_known',
+                      'grip_profile', 'grip_profile_1.5', 'oracle', 'real']
     torch.set_num_threads(1)
     done = {}
     default_speed = functools.partial(sim, DEFAULT_SPEED, ('no_adaptation', 'rollout10'))
     grip = functools.partial(sim, TARGET_SPEED, GRIP_VARIANTS)
     grip_default_speed = functools.partial(sim, DEFAULT_SPEED, GRIP_VARIANTS)
     grip_known = functools.partial(sim, TARGET_SPEED, ('grip_known',))
+    profile = functools.partial(sim, TARGET_SPEED, PROFILE_VARIANTS)
+    profile_default_speed = functools.partial(sim, DEFAULT_SPEED, PROFILE_VARIANTS)
     for name, part in (('limit', limit), ('sim', sim), ('sim_1.5', default_speed),
                        ('grip', grip), ('grip_1.5', grip_default_speed),
-                       ('grip_known', grip_known),
+                       ('grip_known', grip_known), ('grip_profile', profile),
+                       ('grip_profile_1.5', profile_default_speed),
                        ('oracle', oracle), ('real', real)):
         if name in parts:
             started, utc = time.perf_counter(), time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())

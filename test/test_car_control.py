@@ -458,7 +458,7 @@ def test_track_cost_reverse_pass_matches_autograd(mlp):
     track = Track(load_track_spec(OVAL))
     mpc = TrackMPC(mlp, track, MPCConfig(budget_s=10.0, throttle_limits=(0.0, 0.8)))
     x, y, yaw = track.pose_at(2.0)
-    x0, s0, previous, window = mpc._tick_inputs(np.array([x, y, yaw, 1.2, 0.1, 0.3]))
+    x0, s0, previous, window, _ = mpc._tick_inputs(np.array([x, y, yaw, 1.2, 0.1, 0.3]))
     x0, s0, previous = x0.double(), s0.double(), previous.double()
     window = tuple(part.double() for part in window)
     generator = torch.Generator().manual_seed(2)

@@ -77,7 +77,7 @@ def _turn_state(track: Track) -> np.ndarray:
 
 def test_track_cost_reverse_pass_with_the_grip_bound_matches_autograd(shipped):
     mpc = _mpc(shipped, grip_weight=20.0, lateral_accel_max=1.0, grip_lever=0.09)
-    x0, s0, previous, window = mpc._tick_inputs(_turn_state(mpc.track))
+    x0, s0, previous, window, _ = mpc._tick_inputs(_turn_state(mpc.track))
     x0, s0, previous = x0.double(), s0.double(), previous.double()
     window = tuple(part.double() for part in window)
     generator = torch.Generator().manual_seed(2)
@@ -206,9 +206,10 @@ def test_car_adaptation_estimates_grip_from_stamped_states_and_commands():
 
 def test_car_mpc_settings_reach_the_mpc_with_zero_as_no_limit():
     assert CarMPCConfig().mpc_config().lateral_accel_max == math.inf
+    assert CarMPCConfig().mpc_config().grip_speed_profile
     config = CarMPCConfig(grip_weight=5.0, lateral_accel_max=3.0, grip_margin=0.3,
-                          grip_lever=0.09).mpc_config()
+                          grip_lever=0.09, grip_speed_profile=False).mpc_config()
     assert (config.grip_weight, config.lateral_accel_max, config.grip_margin,
-            config.grip_lever) == (5.0, 3.0, 0.3, 0.09)
+            config.grip_lever, config.grip_speed_profile) == (5.0, 3.0, 0.3, 0.09, False)
     with pytest.raises(ValueError, match='grip_weight'):
         CarMPCConfig(grip_weight=-1.0)

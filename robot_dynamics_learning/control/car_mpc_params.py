@@ -78,6 +78,11 @@ class CarMPCConfig:
                                 'car_sim: 0.087): the bound adds grip_lever x |dr/dt| (the '
                                 'turn-in) to |vx r| (0: the lateral acceleration alone)', 0.0,
                                 10.0)
+    grip_speed_profile: bool = setting(True, 'with the grip bound active, each predicted '
+                                       "step's speed target follows the track's speed "
+                                       'profile for the bounded acceleration (the corner '
+                                       'speed on the inside line, braked down to before '
+                                       'the turn: the MPC slows before a turn, not in it)')
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them."""
@@ -95,4 +100,5 @@ class CarMPCConfig:
                          line_search_threads=self.line_search_threads,
                          grip_weight=self.grip_weight, grip_margin=self.grip_margin,
                          grip_lever=self.grip_lever,
+                         grip_speed_profile=self.grip_speed_profile,
                          lateral_accel_max=self.lateral_accel_max or math.inf)

@@ -6,7 +6,7 @@ Shapes: states (K, H, 6) [x, y, yaw, vx, vy, r] predicted for K candidate contro
 the control costs also have their gradients written out (`*_grad`, for the MPC's
 hand-written reverse pass, checked against autograd in the tests).
 """
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -70,13 +70,15 @@ def limit_barrier_grad(controls: torch.Tensor, lower: torch.Tensor, upper: torch
                              - torch.clamp(lower - controls, min=0.0))
 
 
-def progress_cost(progress: torch.Tensor, speeds: torch.Tensor, target_speed: float,
-                  progress_weight: float, speed_weight: float) -> torch.Tensor:
+def progress_cost(progress: torch.Tensor, speeds: torch.Tensor,
+                  target_speed: Union[float, torch.Tensor], progress_weight: float,
+                  speed_weight: float) -> torch.Tensor:
     """
     Advance along the track at a target speed (the seed's online objective).
 
     progress (K,): metres gained along the centre line over the horizon (rewarded);
-    speeds (K, H): forward body speed (m/s), penalised quadratically around target_speed.
+    speeds (K, H): forward body speed (m/s), penalised quadratically around target_speed
+    (one number, or (K, H) per step: a speed profile along the track).
     """
     return (-progress_weight * progress
             + speed_weight * ((speeds - target_speed) ** 2).sum(-1))

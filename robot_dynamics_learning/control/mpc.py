@@ -24,8 +24,12 @@ solve over its budget is flagged (`ok` False) so that the caller brakes.
 Grip: with `grip_weight` > 0 and a finite lateral-acceleration limit (`lateral_accel_max`, or
 an online estimate handed over with `set_lateral_accel_max`), the cost also penalises the
 predicted |vx r| above (1 - grip_margin) x the limit (`costs.lateral_accel_cost`): the MPC
-slows down in the turns on a slippery surface instead of sliding. Without a limit the term
-is not evaluated at all: the same plans as before.
+slows down in the turns on a slippery surface instead of sliding. With `grip_speed_profile`
+the speed target of each predicted step also follows the track's grip-limited speed profile
+at that step's projected position (`TrackMPC.speed_profile`: the corner speed of that limit
+on the inside line, braked down to over the distance before the turn), so that the MPC
+slows before a turn rather than in it. Without a limit neither term is evaluated: the same
+plans as before.
 """
 from dataclasses import dataclass
 import math
@@ -66,7 +70,9 @@ class MPCConfig:
     off); lateral_accel_max: the surface's limit (m/s^2; inf: none until one is set with
     `TrackMPC.set_lateral_accel_max`); grip_margin: share of the limit kept in reserve;
     grip_lever (m): adds grip_lever x |dr/dt| to the bounded |vx r| (an axle that far from
-    the centre of mass also carries the yaw acceleration of a turn-in; 0: off).
+    the centre of mass also carries the yaw acceleration of a turn-in; 0: off);
+    grip_speed_profile: with the bound active, each step's speed target follows the track's
+    speed profile for the bounded acceleration (`TrackMPC.speed_profile`).
     """
 
     horizon: int = 20
@@ -93,6 +99,7 @@ class MPCConfig:
     lateral_accel_max: float = math.inf
     grip_margin: float = 0.2
     grip_lever: float = 0.0
+    grip_speed_profile: bool = False
 
     def __post_init__(self) -> None:
         """Validate every value, naming the bad one."""
@@ -194,6 +201,7 @@ class TrackMPC:
         self._iteration_s = 0.0   # mean iteration time of the last optimised tick
         self._skipped = False     # the last tick used the warm start without optimising
         self.lateral_accel_max = config.lateral_accel_max
+        self._profile: Tuple[float, Optional[torch.Tensor]] = (math.nan, None)
         self._refresh()
 
     def _refresh(self) -> None:
@@ -225,6 +233,51 @@ class TrackMPC:
             return (1.0 - self.config.grip_margin) * self.lateral_accel_max
         return None
 
+    def speed_offset(self) -> float:
+        """
+        Return how far (m/s) above its speed target the cost's optimum lies.
+
+        Per step, the progress reward gives progress_weight x h per m/s and the speed cost
+        takes 2 speed_weight (v - target): they balance progress_weight h / (2 speed_weight)
+        above the target (0.25 m/s with the defaults: the MPC drives 2.0 m/s at 1.75).
+        """
+        cfg = self.config
+        return cfg.progress_weight * self.model.h / (2.0 * cfg.speed_weight) \
+            if cfg.speed_weight > 0 else 0.0
+
+    def speed_profile(self) -> Optional[torch.Tensor]:
+        """
+        Return the per-segment speed targets (M,) of the grip limit in force, or None.
+
+        The speeds the car may drive (`Track.speed_profile` with the bounded lateral
+        acceleration, on the tightest line the excursion cost allows: track_margin inside
+        the edge; braking before a turn with the same acceleration, which the surface holds
+        in any direction), less `speed_offset` where they bind, so that the cost's optimum,
+        not its target, is the corner speed; target_speed elsewhere. None when the profile
+        is off or the bound has no limit; recomputed only when the limit changed.
+        """
+        grip = self._grip_limit()
+        if grip is None or not self.config.grip_speed_profile:
+            return None
+        if self._profile[0] != grip:
+            cfg = self.config
+            inside = max(self.track.half_width - cfg.track_margin, 0.0)
+            offset = self.speed_offset()
+            profile = self.track.speed_profile(grip, grip, cfg.target_speed + offset,
+                                               inside) - offset
+            self._profile = (grip, torch.as_tensor(np.maximum(profile, 0.0),
+                                                   dtype=torch.float32))
+        return self._profile[1]
+
+    def _speed_target(self, progress: torch.Tensor, window: tuple,
+                      profile: Optional[torch.Tensor]) -> Any:
+        """Return each step's speed target (K, H) at its progress in the window, or the scalar."""
+        if profile is None:
+            return self.config.target_speed
+        offsets = window[3]
+        segment = torch.searchsorted(offsets, progress.detach().contiguous(), right=True) - 1
+        return profile[segment.clamp(0, offsets.shape[0] - 1)]
+
     def reset(self) -> None:
         """Forget the warm start (e.g. after the car was stopped or moved)."""
         self._plan = None
@@ -240,21 +293,28 @@ class TrackMPC:
 
     def _cost(self, u: torch.Tensor, x0: torch.Tensor, s0: torch.Tensor,
               previous: torch.Tensor, points: torch.Tensor, tangents: torch.Tensor,
-              lengths: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+              lengths: torch.Tensor, offsets: torch.Tensor,
+              profile: Optional[torch.Tensor]) -> torch.Tensor:
         """Track cost (K,) of (K, H, 2) controls from (1, 6) x0; every tick input is an arg."""
         velocities = self.model.velocity_sequence(x0[:, 3:].expand(u.shape[0], 3), u)
         return self._track_cost(velocities, u, x0, s0, previous,
-                                (points, tangents, lengths, offsets))
+                                (points, tangents, lengths, offsets), profile)
 
     def _track_cost(self, velocities: torch.Tensor, u: torch.Tensor, x0: torch.Tensor,
-                    s0: torch.Tensor, previous: torch.Tensor, window: tuple) -> torch.Tensor:
-        """Cost (K,) of (K, H, 3) predicted body velocities under (K, H, 2) controls."""
+                    s0: torch.Tensor, previous: torch.Tensor, window: tuple,
+                    profile: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """
+        Cost (K,) of (K, H, 3) predicted body velocities under (K, H, 2) controls.
+
+        profile: the window's speed targets (W,) per segment (`_tick_inputs`), or None.
+        """
         cfg = self.config
         batch = u.shape[0]
         poses = integrate_poses(x0[:, :3].expand(batch, 3), x0[:, 3:].expand(batch, 3),
                                 velocities, self.model.h)
         s, lateral = Track.project(poses[..., :2], window)
-        cost = (progress_cost(s[:, -1] - s0, velocities[..., 0], cfg.target_speed,
+        cost = (progress_cost(s[:, -1] - s0, velocities[..., 0],
+                              self._speed_target(s, window, profile),
                               cfg.progress_weight, cfg.speed_weight)
                 + excursion_cost(lateral, self.track.half_width, cfg.track_margin,
                                  cfg.excursion_weight, cfg.centre_weight)
@@ -267,7 +327,8 @@ class TrackMPC:
         return cost
 
     def _track_cost_grad(self, velocities: torch.Tensor, u: torch.Tensor, x0: torch.Tensor,
-                         s0: torch.Tensor, previous: torch.Tensor, window: tuple
+                         s0: torch.Tensor, previous: torch.Tensor, window: tuple,
+                         profile: Optional[torch.Tensor] = None
                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """
         `_track_cost` (K,) and its gradients for (K, H, 3) velocities and (K, H, 2) controls.
@@ -293,7 +354,8 @@ class TrackMPC:
         speeds = velocities[..., 0].detach().clone().requires_grad_(True)
         with torch.enable_grad():
             progress, lateral = Track.project(xy, window)
-            track = (progress_cost(progress[:, -1] - s0, speeds, cfg.target_speed,
+            track = (progress_cost(progress[:, -1] - s0, speeds,
+                                   self._speed_target(progress, window, profile),
                                    cfg.progress_weight, cfg.speed_weight)
                      + excursion_cost(lateral, self.track.half_width, cfg.track_margin,
                                       cfg.excursion_weight, cfg.centre_weight))
@@ -322,17 +384,24 @@ class TrackMPC:
         return cost, grad_v, grad_u
 
     def _tick_inputs(self, state: np.ndarray) -> tuple:
-        """(x0 (1, 6), s0 (1,), previous command (2,), track window) of one tick."""
+        """
+        (x0 (1, 6), s0 (1,), previous command (2,), track window, profile) of one tick.
+
+        profile: the speed profile's targets (W,) on the window's segments, or None.
+        """
         x0 = torch.as_tensor(state, dtype=torch.float32).view(1, 6)
         first = self.track.nearest_segment(state[:2]) - self.window_back
         window = self.track.window_tensors(first, self.window_size)
         s0, _ = Track.project(x0[:, :2], window)
-        return x0, s0, self._previous.clone(), window
+        profile = self.speed_profile()
+        if profile is not None:
+            profile = profile[(torch.arange(self.window_size) + first) % self.track.size]
+        return x0, s0, self._previous.clone(), window, profile
 
     def cost_closure(self, state: np.ndarray) -> Callable[[torch.Tensor], torch.Tensor]:
         """Build cost_fn(u (K, H, 2)) -> (K,) for the current (6,) state (autograd path)."""
-        x0, s0, previous, window = self._tick_inputs(state)
-        return lambda u: self._cost_impl(u, x0, s0, previous, *window)
+        x0, s0, previous, window, profile = self._tick_inputs(state)
+        return lambda u: self._cost_impl(u, x0, s0, previous, *window, profile)
 
     def fast_closures(self, state: np.ndarray) -> Tuple[Callable, Callable, Callable]:
         """
@@ -346,7 +415,7 @@ class TrackMPC:
         predict_fn(u (H, 2)) -> (H, 6) predicted states, taken from the last gradient pass or
         line search when u is one of their controls (the plan always is), else rolled out.
         """
-        x0, s0, previous, window = self._tick_inputs(state)
+        x0, s0, previous, window, profile = self._tick_inputs(state)
         fused = self.fused
         last = {}  # this tick's last line-search batch and gradient-pass controls
 
@@ -356,7 +425,7 @@ class TrackMPC:
             # the costs of the candidates split like their rollouts (line_search_threads)
             return torch.cat(fused.map_slices(lambda k, low, high: self._track_cost(
                 velocities[:, low:high].transpose(0, 1), u[low:high], x0, s0, previous,
-                window), fused.slices(u.shape[0])))
+                window, profile), fused.slices(u.shape[0])))
 
         def grad_fn(u: torch.Tensor, hint: Optional[int] = None) -> Tuple[float, torch.Tensor]:
             if hint is None:
@@ -365,7 +434,8 @@ class TrackMPC:
                 velocities, tape = fused.recorded(hint)
             last['single'] = (u, velocities)
             cost, grad_velocities, grad_u = self._track_cost_grad(
-                velocities.transpose(0, 1), u.unsqueeze(0), x0, s0, previous, window)
+                velocities.transpose(0, 1), u.unsqueeze(0), x0, s0, previous, window,
+                profile)
             if not torch.isfinite(cost[0]):
                 return float(cost[0]), torch.full_like(u, math.nan)
             _, grad_actions = fused.backward(tape, grad_velocities.transpose(0, 1))

@@ -124,10 +124,39 @@ class Track:
         self.tangents = seg / self.seg_length[:, None]
         self.s = np.concatenate([[0.0], np.cumsum(self.seg_length)[:-1]])
         self.length = float(np.sum(self.seg_length))
+        self.curvature = self._curvature()
         self._points_t = torch.as_tensor(self.points, dtype=torch.float32)
         self._tangents_t = torch.as_tensor(self.tangents, dtype=torch.float32)
         self._s_t = torch.as_tensor(self.s, dtype=torch.float32)
         self._len_t = torch.as_tensor(self.seg_length, dtype=torch.float32)
+
+    def _curvature(self) -> np.ndarray:
+        """Signed curvature (1/m, left positive) of each segment: its two ends' mean."""
+        heading = np.arctan2(self.tangents[:, 1], self.tangents[:, 0])
+        turn = (heading - np.roll(heading, 1) + np.pi) % (2 * np.pi) - np.pi
+        at_points = turn / (0.5 * (self.seg_length + np.roll(self.seg_length, 1)))
+        return 0.5 * (at_points + np.roll(at_points, -1))
+
+    def speed_profile(self, lateral_accel: float, brake_accel: float, top_speed: float,
+                      inside: float = 0.0) -> np.ndarray:
+        """
+        Return the fastest speed (m/s) at each segment start that can still take every turn.
+
+        A turn of curvature kappa holds sqrt(lateral_accel / |kappa|) on a line `inside` m
+        inside the centre line (radius 1 / |kappa| - inside, at least 5 cm), at most
+        top_speed; before it the car must brake down at brake_accel (m/s^2), so
+        v_k^2 = min over the segments j ahead of (corner_j^2 + 2 brake_accel (s_j - s_k)):
+        a reverse running minimum over two laps (the lap is closed), no loop.
+        """
+        if not (lateral_accel > 0 and brake_accel > 0 and top_speed > 0 and inside >= 0):
+            raise ValueError(f'speed_profile needs positive accelerations and top speed, '
+                             f'got {lateral_accel}, {brake_accel}, {top_speed}, {inside}')
+        radius = np.maximum(1.0 / np.maximum(np.abs(self.curvature), 1e-9) - inside, 0.05)
+        corner = np.minimum(np.sqrt(lateral_accel * radius), top_speed)
+        s = np.concatenate([self.s, self.s + self.length])
+        reach = np.concatenate([corner, corner]) ** 2 + 2.0 * brake_accel * s
+        ahead = np.minimum.accumulate(reach[::-1])[::-1]
+        return np.sqrt(np.maximum(ahead[:self.size] - 2.0 * brake_accel * self.s, 0.0))
 
     @property
     def size(self) -> int:

@@ -26,6 +26,8 @@ Grip: with grip_weight > 0 the node takes the surface's lateral-acceleration lim
 `car/grip` (std_msgs/Float64, m/s^2: car_model_learner's online estimate); each tick solves
 with the newest one (a value that is not positive is refused and counted in rejected_grip;
 the last good one stays in force). Until one arrives, lateral_accel_max (0: no bound).
+With grip_speed_profile (default) the limit also sets the speed targets along the track
+(`TrackMPC.speed_profile`: slow before a turn, not in it).
 Counters (commands, brake_*, rejected_*, grip_updates) and solve-time percentiles go to
 /diagnostics twice a second.
 """
