@@ -15,6 +15,7 @@ from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.common import InputSupport
 from robot_dynamics_learning.models.feedback import HorizonVariance
 from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.resources import resource
 import torch
 
 NOISE = 0.3
@@ -183,3 +184,22 @@ def test_horizon_variance_extrapolates_and_old_checkpoints_load_uncalibrated(tmp
     loaded = load_checkpoint(tmp_path / 'old.pt', ['x', 'v']).model
     assert not loaded.horizon_variance.calibrated
     assert loaded.step(None, torch.zeros(1, 2), torch.zeros(1, 1)).variance is None
+
+
+def test_the_urdf_model_publishes_its_held_out_error_per_joint():
+    torch.manual_seed(0)
+    model = build_model('rigid_body', {'urdf': str(resource('urdf/panda.urdf'))}, 21, 7, 7)
+    observations = torch.randn(8, 50, 21)
+    with torch.no_grad():
+        exact = model(SequenceBatch(observations, torch.zeros(8, 50, 7),
+                                    torch.zeros(8, 50, 7))).mean
+    offset = torch.linspace(0.1, 0.7, 7)   # what the URDF misses, per joint
+    targets = exact + offset + 0.05 * torch.randn(8, 50, 7)
+    batch = SequenceBatch(observations, torch.zeros(8, 50, 7), targets)
+    model.fit_normalization(batch)   # before any held-out data: the targets' spread
+    torch.testing.assert_close(model(batch).variance[0, 0], targets.reshape(-1, 7).var(dim=0),
+                               rtol=0.05, atol=0.0)
+    model.calibrate_variance(batch)
+    variance = model(batch).variance
+    torch.testing.assert_close(variance[0, 0], offset.pow(2) + 0.05 ** 2, rtol=0.15, atol=0.0)
+    torch.testing.assert_close(model.step(None, observations[:, 3]).variance, variance[:, 3])

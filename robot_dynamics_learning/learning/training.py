@@ -145,7 +145,10 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     model.fit_normalization(train)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        val_loss = evaluate_loss(model, val) if val is not None else float('nan')
+        val_loss = float('nan')
+        if val is not None:
+            val_loss = evaluate_loss(model, val)
+            model.calibrate_variance(val)
         return TrainResult(val_loss, 0, time.perf_counter() - start, [])
     generator = torch.Generator().manual_seed(config.seed)
     drop = config.obs_drop if model.kind == 'forward' else 0.0

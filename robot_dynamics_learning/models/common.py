@@ -224,6 +224,28 @@ class DefaultedBuffers(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
+class ErrorVariance(DefaultedBuffers):
+    """
+    One error variance per output, for models that cannot say more (the URDF model).
+
+    Set to the variance of the training targets by `fit_normalization` (the error of knowing
+    nothing but their mean), then to the held-out MSE by `calibrate_variance`; a continual
+    learner scales it to its predict-then-train errors (`VarianceCalibration`).
+    """
+
+    def __init__(self, n_out: int) -> None:
+        super().__init__()
+        self.register_buffer('variance', torch.ones(n_out))
+
+    def set(self, variance: torch.Tensor) -> None:
+        """Store a per-output variance (floored at 1e-12)."""
+        self.variance.copy_(variance.detach().clamp_min(1e-12))
+
+    def like(self, mean: torch.Tensor) -> torch.Tensor:
+        """Return the variance broadcast to a prediction's shape (..., n_out)."""
+        return self.variance.to(mean.dtype).expand_as(mean)
+
+
 class InputSupport(DefaultedBuffers):
     """
     Where the training inputs were, and how much to trust a learned part away from there.

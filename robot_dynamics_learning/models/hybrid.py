@@ -36,9 +36,9 @@ from robot_dynamics_learning.dynamics.learnable import LearnableRigidBody
 from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.models.base import (DynamicsModel, PhysicsSplit, Prediction,
                                                  SequenceBatch, StepOutput)
-from robot_dynamics_learning.models.common import (check_batch, check_step_input, InputSupport,
-                                                   ModelConfig, Normalizer, StatelessStep,
-                                                   SUPPORT_LENGTH)
+from robot_dynamics_learning.models.common import (check_batch, check_step_input, ErrorVariance,
+                                                   InputSupport, ModelConfig, Normalizer,
+                                                   StatelessStep, SUPPORT_LENGTH)
 from robot_dynamics_learning.models.lstm import lstm_step, LSTMState, NumpyLSTMStepper
 from robot_dynamics_learning.resources import resource
 import torch
@@ -310,7 +310,12 @@ class PayloadEstimator:
 
 
 class RigidBodyInverse(StatelessStep, DynamicsModel):
-    """tau_t = RNEA(q_t, qd_t, qdd_t) from the URDF's (optionally learnable) parameters."""
+    """
+    tau_t = RNEA(q_t, qd_t, qdd_t) from the URDF's (optionally learnable) parameters.
+
+    Its variance is one per joint (`ErrorVariance`): the held-out MSE after training, the
+    targets' variance before; the same everywhere, since the URDF model knows no range.
+    """
 
     kind = 'inverse'
     config_class = RigidBodyConfig
@@ -324,6 +329,7 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
         self.body = _rigid_body(config, n_obs, n_target)
         self.joint_names = tuple(self.body.model.joint_names)
         self.target_norm = Normalizer(n_target)
+        self.error = ErrorVariance(n_target)
 
     def __deepcopy__(self, memo: dict) -> 'RigidBodyInverse':
         """Copy parameters; share the constant URDF model (it holds a lock)."""
@@ -334,16 +340,27 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
         return clone
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
-        """Fit the torque statistics that scale the loss."""
+        """Fit the torque statistics that scale the loss; the variance: the targets'."""
         self.target_norm.fit(batch.targets)
+        self.error.set(self.target_norm.std.pow(2))
+
+    def calibrate_variance(self, val: SequenceBatch) -> None:
+        """Set the variance to the MSE per joint on held-out windows."""
+        with torch.no_grad():
+            error = self(val).mean - val.targets
+        self.error.set(error.pow(2).reshape(-1, self.n_target).mean(dim=0))
 
     def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         return _rnea(self.body, observation)
 
+    def _step_variance(self, observation: torch.Tensor) -> Optional[torch.Tensor]:
+        return self.error.like(observation[:, :self.n_target])
+
     def forward(self, batch: SequenceBatch) -> Prediction:
-        """Return RNEA torques for every step."""
+        """Return RNEA torques for every step, with the per-joint error variance."""
         check_batch(batch, self.n_obs, batch.actions.shape[-1], self.n_target)
-        return Prediction(_rnea(self.body, batch.observations), None)
+        mean = _rnea(self.body, batch.observations)
+        return Prediction(mean, self.error.like(mean))
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE in normalised torque units (what learnable parameters are fitted on)."""
