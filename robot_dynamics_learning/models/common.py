@@ -237,7 +237,7 @@ class ErrorVariance(DefaultedBuffers):
         super().__init__()
         self.register_buffer('variance', torch.ones(n_out))
 
-    def set(self, variance: torch.Tensor) -> None:
+    def store(self, variance: torch.Tensor) -> None:
         """Store a per-output variance (floored at 1e-12)."""
         self.variance.copy_(variance.detach().clamp_min(1e-12))
 

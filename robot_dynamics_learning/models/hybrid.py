@@ -342,13 +342,13 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit the torque statistics that scale the loss; the variance: the targets'."""
         self.target_norm.fit(batch.targets)
-        self.error.set(self.target_norm.std.pow(2))
+        self.error.store(self.target_norm.std.pow(2))
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
         """Set the variance to the MSE per joint on held-out windows."""
         with torch.no_grad():
             error = self(val).mean - val.targets
-        self.error.set(error.pow(2).reshape(-1, self.n_target).mean(dim=0))
+        self.error.store(error.pow(2).reshape(-1, self.n_target).mean(dim=0))
 
     def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         return _rnea(self.body, observation)
