@@ -25,18 +25,11 @@ import torch
 OVAL = 'config/tracks/oval.yaml'
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_torch_thread():
-    """
-    Run this module with one intra-op thread, as the car_mpc node does (torch_threads 1).
+pytestmark = pytest.mark.usefixtures('one_torch_thread')   # as car_mpc runs (conftest.py)
 
-    With two threads on a loaded 2-core machine the small per-step operations of an MPC
-    solve wait on each other (measured: about 1 s instead of 30-60 ms per solve).
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
+def test_this_module_runs_with_one_torch_thread():
+    assert torch.get_num_threads() == 1
 
 
 def test_costs_match_the_seed_equations():

@@ -18,13 +18,7 @@ OVAL = 'config/tracks/oval.yaml'
 WHEELBASE, MAX_STEER = GripConfig().wheelbase, GripConfig().max_steer
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_torch_thread():
-    """One intra-op thread, as car_mpc runs (see test_car_control.py)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')   # as car_mpc runs (conftest.py)
 
 
 def test_lateral_accel_cost_penalises_only_the_excess_and_its_gradient_is_exact():

@@ -14,13 +14,7 @@ OVAL = 'config/tracks/oval.yaml'
 RADIUS, STRAIGHT, INSIDE = 1.2, 3.0, 0.35   # the oval's turns; half width 0.5 - margin 0.15
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_torch_thread():
-    """One intra-op thread, as car_mpc runs (see test_car_control.py)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')   # as car_mpc runs (conftest.py)
 
 
 @pytest.fixture(scope='module')
