@@ -5,8 +5,8 @@ The RC car with motion capture: car_state_estimator -> car_mpc (-> car_model_lea
         command_topic:=/car/cmd checkpoint:=/path/to/car_mlp_dart.pt
     ros2 launch robot_dynamics_learning car_mpc.launch.py learn:=true  # keep learning
 
-learn:=true also switches car_mpc's grip bound on (grip_weight `LEARN_GRIP_WEIGHT` on the
-learner's car/grip estimate, with the grip speed profile: docs/car.md); without it 0.
+learn:=true also switches car_mpc's grip bound on (grip_weight launch_common.LEARN_GRIP_WEIGHT
+on the learner's car/grip estimate, with the grip speed profile: docs/car.md); without it 0.
 
 Arguments: mocap_topic (PoseStamped of the car's rigid body), command_topic (Twist out:
 linear.x throttle, angular.z steering, see docs/car.md), params, track, checkpoint, learn,
@@ -25,14 +25,9 @@ from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
-from robot_dynamics_learning.launch_common import shared_arguments, typed
+from robot_dynamics_learning.launch_common import grip_weight_for, shared_arguments, typed
 
 PACKAGE = 'robot_dynamics_learning'
-# car_mpc's grip_weight with learn:=true: the grip bound on car_model_learner's car/grip
-# estimate, as measured in docs/results_car.md section 10 (without the learner: 0, no
-# estimate and no bound; this overrides the params file's grip_weight)
-LEARN_GRIP_WEIGHT = 20.0
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -67,9 +62,7 @@ def generate_launch_description() -> LaunchDescription:
                  'checkpoint': LaunchConfiguration('checkpoint'),
                  'checkpoint_dir': PythonExpression(["'", checkpoint_dir, "' if '", learn,
                                                      "' == 'true' else ''"]),
-                 'grip_weight': ParameterValue(PythonExpression(
-                     [f"{LEARN_GRIP_WEIGHT} if '", learn, "' == 'true' else 0.0"]),
-                     value_type=float),
+                 'grip_weight': grip_weight_for(learn),
                  'use_sim_time': use_sim_time}],
              remappings=[('command', LaunchConfiguration('command_topic'))]),
         Node(package=PACKAGE, executable='car_model_learner', name='car_model_learner',

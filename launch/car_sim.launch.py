@@ -7,8 +7,8 @@ Simulated RC car driven by the MPC: car_sim -> car_state_estimator -> car_mpc ->
 
 Arguments: params (YAML of all car nodes), track (track YAML), checkpoint (car model),
 learn (also run car_model_learner; car_mpc then reloads its checkpoints and switches its
-grip bound on: grip_weight `LEARN_GRIP_WEIGHT` on the learner's car/grip estimate, else 0),
-checkpoint_dir
+grip bound on: grip_weight launch_common.LEARN_GRIP_WEIGHT on the learner's car/grip
+estimate, else 0), checkpoint_dir
 (where the learner writes; default a new folder per run under ~/.rdl/runs, so no run reloads
 another run's model), gazebo (drive the urdf/rc_car.urdf car in gz sim through ros_gz: its
 pose is bridged as the mocap pose and cmd_vel_gz as its AckermannSteering command; our
@@ -25,13 +25,10 @@ from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import Command, LaunchConfiguration, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
-from robot_dynamics_learning.launch_common import has_package, require_packages, shared_arguments
+from robot_dynamics_learning.launch_common import (grip_weight_for, has_package,
+                                                   require_packages, shared_arguments)
 
 PACKAGE = 'robot_dynamics_learning'
-# car_mpc's grip_weight with learn:=true: the grip bound on car_model_learner's car/grip
-# estimate, as measured in docs/results_car.md section 10 (without the learner: 0, no
-# estimate and no bound; this overrides the params file's grip_weight)
-LEARN_GRIP_WEIGHT = 20.0
 MOCAP_TOPIC = '/vrpn_mocap/rc_car/pose'
 GAZEBO_PACKAGES = ('ros_gz_sim', 'ros_gz_bridge', 'robot_state_publisher')
 
@@ -62,9 +59,7 @@ def generate_launch_description() -> LaunchDescription:
                  'track_file': track, 'checkpoint': LaunchConfiguration('checkpoint'),
                  'checkpoint_dir': PythonExpression(["'", checkpoint_dir, "' if '", learn,
                                                      "' == 'true' else ''"]),
-                 'grip_weight': ParameterValue(PythonExpression(
-                     [f"{LEARN_GRIP_WEIGHT} if '", learn, "' == 'true' else 0.0"]),
-                     value_type=float),
+                 'grip_weight': grip_weight_for(learn),
                  'publish_gz_cmd': ParameterValue(gazebo, value_type=bool),
                  'use_sim_time': use_sim_time}]),
         Node(package=PACKAGE, executable='car_model_learner', name='car_model_learner',

@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List, Tuple
 
 from ament_index_python.packages import get_package_share_directory, PackageNotFoundError
 from launch.actions import DeclareLaunchArgument
-from launch.substitutions import LaunchConfiguration
+from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.parameter_descriptions import ParameterValue
 
 MODELS = 'lstm | ac_rkn_inverse | hybrid | rigid_body | ffnn'
@@ -70,6 +70,18 @@ def shared_arguments(share: str, launch_name: str, *names: str,
 def typed(name: str, value_type: type) -> ParameterValue:
     """Return launch argument `name` as a parameter of `value_type` (not a string)."""
     return ParameterValue(LaunchConfiguration(name), value_type=value_type)
+
+
+# car_mpc's grip_weight with learn:=true: the grip bound on car_model_learner's car/grip
+# estimate, as measured in docs/results_car.md section 10. Without the learner 0: there is no
+# estimate to bound with. This overrides the params file's grip_weight.
+LEARN_GRIP_WEIGHT = 20.0
+
+
+def grip_weight_for(learn: LaunchConfiguration) -> ParameterValue:
+    """Return car_mpc's grip_weight: LEARN_GRIP_WEIGHT where `learn` is 'true', else 0."""
+    return ParameterValue(PythonExpression([f"{LEARN_GRIP_WEIGHT} if '", learn,
+                                            "' == 'true' else 0.0"]), value_type=float)
 
 
 def has_package(package: str) -> bool:

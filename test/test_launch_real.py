@@ -119,9 +119,10 @@ def test_car_sim(learn, home, tmp_path):
     if learn:
         nodes.append('/car_model_learner')
         parameters += [['/car_model_learner', 'checkpoint_dir', {'startswith': runs}],
-                       ['/car_mpc', 'checkpoint_dir', {'startswith': runs}]]
+                       ['/car_mpc', 'checkpoint_dir', {'startswith': runs}],
+                       ['/car_mpc', 'grip_weight', 20.0]]   # the grip bound on the estimate
     else:
-        parameters.append(['/car_mpc', 'checkpoint_dir', ''])
+        parameters += [['/car_mpc', 'checkpoint_dir', ''], ['/car_mpc', 'grip_weight', 0.0]]
     _run({'launch': 'car_sim.launch.py', 'args': {'learn': str(learn).lower()},
           'nodes': nodes,
           'topics': [['/vrpn_mocap/rc_car/pose', 'geometry_msgs/msg/PoseStamped', 50],
@@ -145,7 +146,8 @@ def test_car_mpc(home, tmp_path):
                          ['/car_mpc', 'use_sim_time', False],
                          # the real car's estimator: quadratic fit, no delay (not car.yaml's)
                          ['/car_state_estimator', 'order', 2],
-                         ['/car_state_estimator', 'window_s', 0.12]]
+                         ['/car_state_estimator', 'window_s', 0.12],
+                         ['/car_mpc', 'grip_weight', 0.0]]   # no learner: no grip bound
           + _car_yaml('/car_mpc', 'rate_hz', 'target_speed')},
          home, tmp_path)
 
