@@ -5,6 +5,7 @@ import time
 
 from bench.mpc import reference_project
 from hypothesis import given, settings, strategies as st
+from mpc_checks import assert_reverse_pass_matches_autograd
 import numpy as np
 import pytest
 from robot_dynamics_learning.control import mpc as mpc_module
@@ -451,23 +452,9 @@ def test_track_cost_reverse_pass_matches_autograd(mlp):
     track = Track(load_track_spec(OVAL))
     mpc = TrackMPC(mlp, track, MPCConfig(budget_s=10.0, throttle_limits=(0.0, 0.8)))
     x, y, yaw = track.pose_at(2.0)
-    x0, s0, previous, window, _ = mpc._tick_inputs(np.array([x, y, yaw, 1.2, 0.1, 0.3]))
-    x0, s0, previous = x0.double(), s0.double(), previous.double()
-    window = tuple(part.double() for part in window)
-    generator = torch.Generator().manual_seed(2)
-    velocities = torch.tensor([1.5, 0.1, 0.8], dtype=torch.float64) + 0.3 * torch.randn(
-        3, 20, 3, dtype=torch.float64, generator=generator)
-    # beyond the limits in places (barrier active); the paths leave the centre line
-    u = torch.rand(3, 20, 2, dtype=torch.float64, generator=generator) * 2.4 - 1.2
-    v_leaf, u_leaf = velocities.clone().requires_grad_(True), u.clone().requires_grad_(True)
-    expected = mpc._track_cost(v_leaf, u_leaf, x0, s0, previous, window)
-    grad_v, grad_u = torch.autograd.grad(expected.sum(), (v_leaf, u_leaf))
-    cost, mine_v, mine_u = mpc._track_cost_grad(velocities, u, x0, s0, previous, window)
-    assert torch.allclose(cost, expected.detach(), rtol=1e-12, atol=0)
-    for mine, reference in ((mine_v, grad_v), (mine_u, grad_u)):
-        scale = float(reference.abs().max())
-        assert scale > 1e-3
-        assert torch.allclose(mine, reference, rtol=0, atol=1e-5 * scale)
+    # controls beyond the limits in places (barrier active); the paths leave the centre line
+    assert_reverse_pass_matches_autograd(mpc, np.array([x, y, yaw, 1.2, 0.1, 0.3]),
+                                         [1.5, 0.1, 0.8], (-1.2, 1.2), seed=2)
 
 
 def test_fast_mpc_cost_and_gradient_match_the_autograd_path(mlp):

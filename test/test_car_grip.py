@@ -1,6 +1,7 @@
 """The grip-aware MPC: the lateral-acceleration bound in the cost and the online grip estimate."""
 import math
 
+from mpc_checks import assert_reverse_pass_matches_autograd
 import numpy as np
 import pytest
 from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
@@ -71,22 +72,10 @@ def _turn_state(track: Track) -> np.ndarray:
 
 def test_track_cost_reverse_pass_with_the_grip_bound_matches_autograd(shipped):
     mpc = _mpc(shipped, grip_weight=20.0, lateral_accel_max=1.0, grip_lever=0.09)
-    x0, s0, previous, window, _ = mpc._tick_inputs(_turn_state(mpc.track))
-    x0, s0, previous = x0.double(), s0.double(), previous.double()
-    window = tuple(part.double() for part in window)
-    generator = torch.Generator().manual_seed(2)
-    velocities = torch.tensor([1.8, 0.0, 1.5], dtype=torch.float64) + 0.3 * torch.randn(
-        3, 20, 3, dtype=torch.float64, generator=generator)
-    u = torch.rand(3, 20, 2, dtype=torch.float64, generator=generator) * 2 - 1
-    v_leaf, u_leaf = velocities.clone().requires_grad_(True), u.clone().requires_grad_(True)
-    expected = mpc._track_cost(v_leaf, u_leaf, x0, s0, previous, window)
-    grad_v, grad_u = torch.autograd.grad(expected.sum(), (v_leaf, u_leaf))
-    cost, mine_v, mine_u = mpc._track_cost_grad(velocities, u, x0, s0, previous, window)
-    without = _mpc(shipped)._track_cost(velocities, u, x0, s0, previous, window)
-    assert torch.all(expected.detach() - without > 1.0)   # the bound is active here
-    assert torch.allclose(cost, expected.detach(), rtol=1e-12, atol=0)
-    for mine, reference in ((mine_v, grad_v), (mine_u, grad_u)):
-        assert torch.allclose(mine, reference, rtol=0, atol=1e-5 * float(reference.abs().max()))
+    velocities, u, inputs, cost = assert_reverse_pass_matches_autograd(
+        mpc, _turn_state(mpc.track), [1.8, 0.0, 1.5], (-1.0, 1.0), seed=2)
+    without = _mpc(shipped)._track_cost(velocities, u, *inputs)
+    assert torch.all(cost - without > 1.0)   # the bound is active here
 
 
 def _plans(mpc: TrackMPC, state: np.ndarray, ticks: int = 3) -> list:

@@ -1,6 +1,7 @@
 """The grip-limited speed profile: the track's corner speeds and the MPC's per-step targets."""
 import math
 
+from mpc_checks import assert_reverse_pass_matches_autograd
 import numpy as np
 import pytest
 from robot_dynamics_learning.control.car_training import load_car_model
@@ -116,21 +117,9 @@ def test_the_profile_follows_the_limit_and_its_gradient_is_exact(shipped, track)
     mpc.set_lateral_accel_max(4.0)
     fast = mpc.speed_profile()
     assert torch.all(fast >= slow) and float((fast - slow).max()) > 0.3
-    x0, s0, previous, window, profile = mpc._tick_inputs(_before_turn(track))
+    profile = mpc._tick_inputs(_before_turn(track))[-1]
     assert profile is not None and profile.shape == (mpc.window_size,)
-    x0, s0, previous = x0.double(), s0.double(), previous.double()
-    window = tuple(part.double() for part in window)
-    generator = torch.Generator().manual_seed(3)
-    velocities = torch.tensor([1.8, 0.0, 1.0], dtype=torch.float64) + 0.3 * torch.randn(
-        3, 20, 3, dtype=torch.float64, generator=generator)
-    u = torch.rand(3, 20, 2, dtype=torch.float64, generator=generator) * 2 - 1
-    v_leaf, u_leaf = velocities.clone().requires_grad_(True), u.clone().requires_grad_(True)
-    expected = mpc._track_cost(v_leaf, u_leaf, x0, s0, previous, window, profile.double())
-    grad_v, grad_u = torch.autograd.grad(expected.sum(), (v_leaf, u_leaf))
-    cost, mine_v, mine_u = mpc._track_cost_grad(velocities, u, x0, s0, previous, window,
-                                                profile.double())
-    flat = mpc._track_cost(velocities, u, x0, s0, previous, window)
-    assert not torch.allclose(flat, expected.detach())   # the per-step targets matter here
-    assert torch.allclose(cost, expected.detach(), rtol=1e-12, atol=0)
-    for mine, reference in ((mine_v, grad_v), (mine_u, grad_u)):
-        assert torch.allclose(mine, reference, rtol=0, atol=1e-5 * float(reference.abs().max()))
+    velocities, u, inputs, cost = assert_reverse_pass_matches_autograd(
+        mpc, _before_turn(track), [1.8, 0.0, 1.0], (-1.0, 1.0), seed=3, use_profile=True)
+    flat = mpc._track_cost(velocities, u, *inputs)
+    assert not torch.allclose(flat, cost)   # the per-step targets matter here
