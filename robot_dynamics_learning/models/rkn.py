@@ -142,12 +142,14 @@ class AcRKNForward(_RKNForwardModel):
         delta = self.diff_norm.denormalize(delta)
         delta_var = self.diff_norm.denormalize_variance(delta_var)
         mean, variance = memory_sums(batch.observations, delta, delta_var, valid)
-        # The memory each step read: the observation, or the previous step's prediction.
-        previous = torch.cat([batch.observations[:, :1], mean[:, :-1]], 1)
-        memory = torch.where(valid.unsqueeze(-1), batch.observations, previous)
-        inputs = self._support_inputs(memory, batch.actions)
-        return Prediction(mean, self._published_variance(variance, inputs,
-                                                         steps_since_observed(valid)))
+        if self.hold_variance.calibrated:   # after training: the out-of-range rise
+            # The memory each step read: the observation, or the previous step's prediction.
+            previous = torch.cat([batch.observations[:, :1], mean[:, :-1]], 1)
+            memory = torch.where(valid.unsqueeze(-1), batch.observations, previous)
+            variance = self._published_variance(
+                variance, self._support_inputs(memory, batch.actions),
+                steps_since_observed(valid))
+        return Prediction(mean, variance)
 
 
 def memory_sums(observations: torch.Tensor, delta: torch.Tensor, delta_var: torch.Tensor,
