@@ -40,10 +40,11 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
    the estimate and the MPC's speed targets from the track's grip-limited speed profile
    (`MPCConfig.grip_speed_profile`), without (`grip_profile`) and with model adaptation
    (`grip_profile_rollout10`), beside the same-run baselines (no adaptation; the bound
-   alone, `grip_only`).
+   alone, `grip_only`). `launched_1.5`: what `learn:=true` launches at car_mpc's 1.5 m/s, the
+   bound, the profile and the one-step learner (`grip_profile_one_step`).
 Writes bench/results/car_adaptation.json (each part with its start time, wall time and load;
 parts run in separate processes merge). Usage: python -m bench.car_adaptation
-[limit|sim|sim_1.5|grip|grip_1.5|grip_known|grip_profile|grip_profile_1.5|oracle|real ...]
+[limit|sim|sim_1.5|grip|grip_1.5|grip_known|grip_profile|grip_profile_1.5|launched_1.5|oracle|real ...]
 (default all; about an hour on one core).
 """
 import copy
@@ -131,7 +132,10 @@ VARIANTS = {'no_adaptation': Variant(None), 'one_step': Variant(ADAPTATION),
             'grip_profile': Variant(ADAPTATION, train=False, grip_weight=GRIP_WEIGHT,
                                     speed_profile=True),
             'grip_profile_rollout10': Variant(dataclasses.replace(ADAPTATION, rollout_steps=10),
-                                              grip_weight=GRIP_WEIGHT, speed_profile=True)}
+                                              grip_weight=GRIP_WEIGHT, speed_profile=True),
+            # what learn:=true launches: bound, profile and the one-step learner (the default)
+            'grip_profile_one_step': Variant(ADAPTATION, grip_weight=GRIP_WEIGHT,
+                                             speed_profile=True)}
 # `grip`, `grip_1.5`: the grip-aware MPC with and without model adaptation, and the
 # same-run baselines (no adaptation; the 10-step learner without the bound)
 GRIP_VARIANTS = ('no_adaptation', 'grip_only', 'grip_rollout10', 'rollout10')
@@ -438,7 +442,7 @@ def real(h: float = 0.05) -> dict:
 def main(parts: Optional[List[str]] = None) -> None:
     """Run the asked parts (default all) and merge them into the JSON (with when and how long)."""
     parts = parts or ['limit', 'sim', 'sim_1.5', 'grip', 'grip_1.5', 'grip_known',
-                      'grip_profile', 'grip_profile_1.5', 'oracle', 'real']
+                      'grip_profile', 'grip_profile_1.5', 'launched_1.5', 'oracle', 'real']
     torch.set_num_threads(1)
     done = {}
     default_speed = functools.partial(sim, DEFAULT_SPEED, ('no_adaptation', 'rollout10'))
@@ -447,11 +451,12 @@ def main(parts: Optional[List[str]] = None) -> None:
     grip_known = functools.partial(sim, TARGET_SPEED, ('grip_known',))
     profile = functools.partial(sim, TARGET_SPEED, PROFILE_VARIANTS)
     profile_default_speed = functools.partial(sim, DEFAULT_SPEED, PROFILE_VARIANTS)
+    launched = functools.partial(sim, DEFAULT_SPEED, ('grip_profile_one_step',))
     for name, part in (('limit', limit), ('sim', sim), ('sim_1.5', default_speed),
                        ('grip', grip), ('grip_1.5', grip_default_speed),
                        ('grip_known', grip_known), ('grip_profile', profile),
                        ('grip_profile_1.5', profile_default_speed),
-                       ('oracle', oracle), ('real', real)):
+                       ('launched_1.5', launched), ('oracle', oracle), ('real', real)):
         if name in parts:
             started, utc = time.perf_counter(), time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
             done[name] = part()
