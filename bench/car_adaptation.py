@@ -44,7 +44,8 @@ Adaptation to a new surface while driving (issue 22 item 3), in simulation and o
    bound, the profile and the one-step learner (`grip_profile_one_step`).
 Writes bench/results/car_adaptation.json (each part with its start time, wall time and load;
 parts run in separate processes merge). Usage: python -m bench.car_adaptation
-[limit|sim|sim_1.5|grip|grip_1.5|grip_known|grip_profile|grip_profile_1.5|launched_1.5|oracle|real ...]
+[limit|sim|sim_1.5|grip|grip_1.5|grip_known|grip_profile|grip_profile_1.5|launched_1.5|oracle|
+real ...]
 (default all; about an hour on one core).
 """
 import copy
