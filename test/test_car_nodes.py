@@ -16,7 +16,7 @@ from rclpy.qos import qos_profile_sensor_data
 
 from robot_dynamics_learning.control.car_training import (build_car_model, load_car_model,
                                                           save_car_model)
-from robot_dynamics_learning.control.track import load_track_spec, Track
+from robot_dynamics_learning.control.track import LapCounter, load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
 from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, TestNode,
                       wait_for, watch_diagnostics)
@@ -243,18 +243,11 @@ def run_closed_loop(tmp_path, seconds, mpc_params, record=None, mocap_rate_hz=24
     finally:
         codes = [stop_node(p) for p in processes]
     assert codes == [0, 0, 0], (tmp_path / 'mpc.log').read_text()
-    progress, laps, lap_starts, lateral_max = 0.0, 0, [samples[0][0]], 0.0
-    last_s = track.coordinates(np.array(samples[0][1:]))[0]
+    laps = LapCounter(track, np.array(samples[0][1:]))
     for stamp, x, y in samples[1:]:
-        s, lateral = track.coordinates(np.array([x, y]))
-        progress += (s - last_s + track.length / 2) % track.length - track.length / 2
-        last_s = s
-        lateral_max = max(lateral_max, abs(lateral))
-        if progress >= (laps + 1) * track.length:
-            laps += 1
-            lap_starts.append(stamp)
-    result = {'seconds': seconds, 'progress_m': progress, 'laps': progress / track.length,
-              'lap_times_s': list(np.diff(lap_starts)), 'max_lateral_m': lateral_max,
+        laps.update(stamp - samples[0][0], np.array([x, y]))
+    result = {'seconds': seconds, 'progress_m': laps.travelled, 'laps': laps.laps,
+              'lap_times_s': laps.lap_times(), 'max_lateral_m': max(laps.max_lateral),
               'half_width_m': track.half_width, 'mpc_counters': dict(counters)}
     if record is not None:
         Path(record).parent.mkdir(parents=True, exist_ok=True)
