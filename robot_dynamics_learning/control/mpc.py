@@ -478,11 +478,9 @@ class TrackMPC:
         (speed near the target, the track's width kept) while a U-turn inside the track is
         out of reach of a local optimiser, so without this check the car laps the wrong way.
         """
-        length = self.track.length
         start = self.track.coordinates(state[:2])[0]
         end = self.track.coordinates(predicted[-1, :2].double().numpy())[0]
-        progress = (end - start + length / 2) % length - length / 2
-        return progress < -WRONG_WAY_M
+        return self.track.advance(start, end) < -WRONG_WAY_M
 
     def plan_is_safe(self, plan: torch.Tensor, predicted: torch.Tensor, cost: float) -> bool:
         """Return True for finite controls, cost and states with speeds within max_speed."""

@@ -158,6 +158,10 @@ class Track:
         ahead = np.minimum.accumulate(reach[::-1])[::-1]
         return np.sqrt(np.maximum(ahead[:self.size] - 2.0 * brake_accel * self.s, 0.0))
 
+    def advance(self, s_from: float, s_to: float) -> float:
+        """Return the distance (m) from s_from to s_to along the track, the nearer way round."""
+        return (s_to - s_from + self.length / 2) % self.length - self.length / 2
+
     @property
     def size(self) -> int:
         """Return the number of centre-line segments."""
@@ -253,11 +257,10 @@ class LapCounter:
     def update(self, time_s: float, xy: np.ndarray) -> float:
         """Account for the car at xy (2,) at time_s; return its lateral offset (m)."""
         s, lateral = self.track.coordinates(xy)
-        length = self.track.length
-        self.travelled += (s - self._last_s + length / 2) % length - length / 2
+        self.travelled += self.track.advance(self._last_s, s)
         self._last_s = s
         self.max_lateral[-1] = max(self.max_lateral[-1], abs(lateral))
-        if self.travelled >= len(self.ends) * length:
+        if self.travelled >= len(self.ends) * self.track.length:
             self.ends.append(time_s)
             self.max_lateral.append(0.0)
         return lateral
