@@ -149,3 +149,84 @@ def test_an_rclpy_call_that_swallowed_ctrl_c_is_taken_as_ctrl_c():
     assert interrupted_call(swallowed)
     assert not interrupted_call(RuntimeError('rcl_take failed'))
     assert not interrupted_call(ValueError("Unable to convert call argument '0'"))
+
+
+def _draining_node(context):
+    """Return a node, its publisher, a DrainingExecutor spinning it and the spin thread."""
+    import threading
+
+    import rclpy
+    from robot_dynamics_learning.nodes.runtime import DrainingExecutor
+    from std_msgs.msg import Float64
+    node = rclpy.create_node('draining_probe', context=context)
+    publisher = node.create_publisher(Float64, 'draining_probe', 10)
+    executor = DrainingExecutor(num_threads=2, context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    return node, publisher, executor, spinner
+
+
+@pytest.mark.parametrize('tracked', [True, False])
+def test_draining_executor_shutdown_waits_for_running_callbacks(tracked):
+    """
+    A callback running at shutdown finishes before the node is destroyed, tracked or not.
+
+    `tracked=False` is a callback the pool runs but the executor never recorded: Ctrl-C
+    between `submit` and the executor's bookkeeping. Before the fix the node was destroyed
+    under such a callback, whose publish then raised 'cannot use Destroyable'.
+    """
+    import threading
+
+    import rclpy
+    from std_msgs.msg import Float64
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node, publisher, executor, spinner = _draining_node(context)
+    started, outcome = threading.Event(), []
+
+    def slow_callback() -> None:
+        started.set()
+        time.sleep(0.4)
+        try:
+            publisher.publish(Float64(data=1.0))
+            outcome.append('published')
+        except Exception as error:   # noqa: B902 - the failure this test looks for
+            outcome.append(repr(error))
+
+    try:
+        if tracked:
+            timer = node.create_timer(0.01, lambda: (timer.cancel(), slow_callback()))
+        else:
+            executor._executor.submit(slow_callback)
+        assert started.wait(5.0)
+        finished = executor.shutdown(timeout_sec=2.0)
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+        spinner.join(timeout=5.0)
+    assert finished
+    assert outcome == ['published']
+
+
+def test_draining_executor_shutdown_gives_up_after_its_timeout():
+    """A callback that outlives the timeout is reported (False), not waited for forever."""
+    import threading
+
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node, _, executor, spinner = _draining_node(context)
+    release = threading.Event()
+    try:
+        executor._executor.submit(release.wait, 10.0)
+        start = time.monotonic()
+        finished = executor.shutdown(timeout_sec=0.3)
+        waited = time.monotonic() - start
+    finally:
+        release.set()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        spinner.join(timeout=5.0)
+    assert not finished
+    assert 0.25 < waited < 3.0
