@@ -254,7 +254,10 @@ def markdown(results: dict) -> str:
              'mean (LSTM, FFNN) or of the URDF prior (hybrid), `models/common.py` '
              '`InputSupport`; ac-RKN and RKN: the decoded variance; forward LSTM, GRU and FFNN: '
              'the validation error k steps after the last observation (`models/feedback.py` '
-             '`HorizonVariance`). "within k std" is the share of test '
+             '`HorizonVariance`). Every size is set on the validation windows by coverage, not '
+             'by the mean squared error (`models/coverage.py`): the variance, or the factor on '
+             "a model's own variance, whose 1 and 2 std hold closest to 68 % and 95 % of the "
+             'validation errors. "within k std" is the share of test '
              'errors inside k predicted standard deviations (calibrated: 68 % and 95 %); NLL '
              'is the Gaussian negative log-likelihood per joint and sample.',
              '- nMSE of the change: MSE of prediction - tau(t-1) against tau(t) - tau(t-1), '

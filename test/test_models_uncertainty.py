@@ -5,6 +5,7 @@ Inverse models: inside the training range, rising outside it. Forward models wit
 variance head: by the number of steps since the last observation.
 """
 import numpy as np
+import pytest
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import inverse_dynamics_windows, window_arrays
 from robot_dynamics_learning.learning.checkpoint import (checkpoint_payload, load_checkpoint,
@@ -12,7 +13,7 @@ from robot_dynamics_learning.learning.checkpoint import (checkpoint_payload, loa
 from robot_dynamics_learning.learning.metrics import calibration
 from robot_dynamics_learning.learning.training import train_model, TrainConfig
 from robot_dynamics_learning.models.base import SequenceBatch
-from robot_dynamics_learning.models.common import InputSupport
+from robot_dynamics_learning.models.common import InputSupport, RANGE_MARGIN
 from robot_dynamics_learning.models.feedback import HorizonVariance
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.resources import resource
@@ -42,6 +43,16 @@ def test_input_support_trusts_inside_the_range_and_less_outside():
     assert float(support.variance(inside)) == np.float32(0.1)
     assert 0.0 < float(support.trust(outside)) < 0.5
     assert 0.1 < float(support.variance(outside)) < 1.0
+
+
+def test_input_support_counts_a_margin_beyond_the_training_extremes_as_seen():
+    """Held-out data of the same motions lands just past the min-max box: keep full trust."""
+    support = InputSupport(1, 1, [0], length=0.3)
+    support.fit_range(torch.tensor([[-1.0], [1.0]]))   # width 2
+    just_past = torch.tensor([[1.0 + 0.9 * RANGE_MARGIN * 2.0]])
+    beyond = torch.tensor([[1.0 + RANGE_MARGIN * 2.0 + 0.3]])   # one length past the margin
+    assert float(support.trust(just_past)) == 1.0
+    assert float(support.trust(beyond)) == pytest.approx(np.exp(-0.5), rel=1e-5)
 
 
 def _fit(model_type: str, config: dict):
@@ -84,6 +95,23 @@ def test_gp_predictive_variance_is_calibrated_and_rises_far_away():
     assert abs(result['within_2_std'] - 0.954) < 0.05
     _, var_far, _ = _predict(model, _recording(offset=2.5, seed=1))
     assert var_far.mean() > 3 * var.mean()
+
+
+def test_gp_variance_scaled_on_validation_covers_held_out_errors():
+    """Few variance points inflate the posterior variance; the held-out scale shrinks it."""
+    train = inverse_dynamics_windows([_recording(n=2000)], 1)
+    val = inverse_dynamics_windows([_recording(seed=3)], 1)
+    results = []
+    for validation in (None, val):
+        model = build_model('gp', {'max_train': 400, 'hyper_subset': 200,
+                                   'hyper_iterations': 30, 'variance_points': 20}, 3, 1, 1)
+        train_model(model, train, validation, TrainConfig(progress=False))
+        results.append(calibration(*_predict(model, _recording(seed=1))))
+    unscaled, scaled = results
+    assert float(model.variance_scale.factor) < 0.9
+    assert unscaled['within_1_std'] > 0.683 + 0.05
+    assert abs(scaled['within_1_std'] - 0.683) < 0.05
+    assert abs(scaled['within_2_std'] - 0.954) < 0.05
 
 
 def test_hybrid_returns_to_its_prior_far_from_the_training_data():

@@ -140,7 +140,10 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     torch.manual_seed(config.seed)
     if model.fits_in_closed_form:
         info = model.fit_data(train)
-        val_loss = evaluate_loss(model, val) if val is not None else float('nan')
+        val_loss = float('nan')
+        if val is not None:
+            val_loss = evaluate_loss(model, val)
+            model.calibrate_variance(val)
         return TrainResult(val_loss, 1, time.perf_counter() - start, [dict(info)])
     model.fit_normalization(train)
     params = [p for p in model.parameters() if p.requires_grad]

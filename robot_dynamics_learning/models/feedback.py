@@ -20,7 +20,8 @@ from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, Sequ
                                                  StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input,
                                                    DefaultedBuffers, InputSupport, Normalizer,
-                                                   rmse, SUPPORT_LENGTH)
+                                                   OutputScale, rmse, SUPPORT_LENGTH)
+from robot_dynamics_learning.models.coverage import coverage_variance
 import torch
 
 FORWARD_CONVENTION = 'next observation o_{t+1} (physical units) = o_t + learned difference'
@@ -42,7 +43,7 @@ class FeedbackState(NamedTuple):
 
 class HorizonVariance(DefaultedBuffers):
     """
-    Held-out mean squared error of k-step open-loop predictions, k = 1..K, per observation.
+    Held-out error variance of k-step open-loop predictions, k = 1..K, per observation.
 
     Physical units squared. `count` is K (0: not calibrated, the model publishes no
     variance; a checkpoint from before it loads uncalibrated). Monotone in k (a cumulative
@@ -63,9 +64,10 @@ class HorizonVariance(DefaultedBuffers):
     def fit(self, squared_error: torch.Tensor) -> None:
         """Set the table from squared errors (N, K, n_obs) of predictions 1..K steps ahead."""
         k = min(squared_error.shape[1], MAX_CALIBRATED_HORIZON)
-        mean = squared_error[:, :k].mean(dim=0).clamp_min(1e-12)
+        head = squared_error[:, :k]
+        variance = coverage_variance(head.reshape(head.shape[0], -1)).reshape(head.shape[1:])
         self.by_horizon.zero_()
-        self.by_horizon[:k] = torch.cummax(mean, dim=0).values
+        self.by_horizon[:k] = torch.cummax(variance.clamp_min(1e-12), dim=0).values
         self.count.fill_(k)
 
     def at(self, horizon: torch.Tensor) -> torch.Tensor:
@@ -150,6 +152,7 @@ class FeedbackForwardModel(DynamicsModel):
         # Out of the training range the variance rises to the hold-last-observation error.
         self.support = InputSupport(n_obs + n_act, n_obs, range(n_obs + n_act), SUPPORT_LENGTH)
         self.hold_variance = HorizonVariance(n_obs)
+        self.variance_scale = OutputScale(n_obs)   # fitted for cells with their own variance
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit observation, action and difference (o_{t+1} - o_t) statistics."""
@@ -174,6 +177,7 @@ class FeedbackForwardModel(DynamicsModel):
         """
         if not self.hold_variance.calibrated:
             return variance
+        variance = self.variance_scale.apply(variance)
         weight = self.support.trust(inputs).unsqueeze(-1)
         hold = torch.maximum(variance, self.hold_variance.at(horizon).to(variance.dtype))
         return weight * variance + (1.0 - weight) * hold
@@ -239,19 +243,25 @@ class FeedbackForwardModel(DynamicsModel):
 
         Each window is observed for its first half (the recurrent state warms up, as in a
         k-step test), then predicted open loop: the model's error (for cells without their own
-        variance) and the error of holding the last observation (for every forward model).
+        variance), the scale on a cell's own variance that covers its open-loop errors
+        (`OutputScale`), and the error of holding the last observation (every forward model).
         """
         steps = val.observations.shape[1]
         observed = max(1, steps // 2)
         valid = torch.zeros(val.observations.shape[:2], dtype=torch.bool)
         valid[:, :observed] = True
+        self.hold_variance.count.zero_()   # the cell's own variance, not yet blended or scaled
+        self.variance_scale.factor.fill_(1.0)
         with torch.no_grad():
             prediction = self(SequenceBatch(val.observations, val.actions, val.targets, valid))
         # Prediction index observed - 1 + j is the (j + 1)-step prediction from o_{observed-1}.
         targets = val.targets[:, observed - 1:]
+        squared_error = (prediction.mean[:, observed - 1:] - targets).pow(2)
         self.hold_variance.fit((val.observations[:, observed - 1:observed] - targets).pow(2))
-        if not self.cell_variance:
-            self.horizon_variance.fit((prediction.mean[:, observed - 1:] - targets).pow(2))
+        if self.cell_variance:
+            self.variance_scale.fit(squared_error, prediction.variance[:, observed - 1:])
+        else:
+            self.horizon_variance.fit(squared_error)
 
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict o_{t+1} for every step; missing observations are replaced by predictions."""

@@ -39,6 +39,7 @@ from robot_dynamics_learning.models.base import (DynamicsModel, PhysicsSplit, Pr
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, ErrorVariance,
                                                    InputSupport, ModelConfig, Normalizer,
                                                    StatelessStep, SUPPORT_LENGTH)
+from robot_dynamics_learning.models.coverage import coverage_variance
 from robot_dynamics_learning.models.lstm import lstm_step, LSTMState, NumpyLSTMStepper
 from robot_dynamics_learning.resources import resource
 import torch
@@ -345,10 +346,10 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
         self.error.store(self.target_norm.std.pow(2))
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
-        """Set the variance to the MSE per joint on held-out windows."""
+        """Set the variance per joint from held-out windows (`coverage_variance`)."""
         with torch.no_grad():
             error = self(val).mean - val.targets
-        self.error.store(error.pow(2).reshape(-1, self.n_target).mean(dim=0))
+        self.error.store(coverage_variance(error.pow(2)))
 
     def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         return _rnea(self.body, observation)
@@ -463,8 +464,7 @@ class HybridInverse(DynamicsModel):
             target = self.residual_norm.normalize(residual)
             near = (self._residual(val) - target).pow(2)
             far = (self.residual_norm.normalize(torch.zeros_like(residual)) - target).pow(2)
-            self.support.fit_errors(near.reshape(-1, self.n_target).mean(dim=0),
-                                    far.reshape(-1, self.n_target).mean(dim=0))
+            self.support.fit_errors(coverage_variance(near), coverage_variance(far))
 
     def _trusted(self, observation: torch.Tensor, residual: torch.Tensor
                  ) -> Tuple[torch.Tensor, torch.Tensor]:

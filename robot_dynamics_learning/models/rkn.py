@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional, Tuple
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, mlp,
-                                                   ModelConfig, Normalizer, rmse)
+                                                   ModelConfig, Normalizer, OutputScale, rmse)
 from robot_dynamics_learning.models.feedback import (FeedbackForwardModel, last_observed,
                                                      steps_since_observed, valid_mask)
 from robot_dynamics_learning.models.rkn_cell import Belief, elup1, RKNCell
@@ -282,6 +282,7 @@ class AcRKNInverse(DynamicsModel):
         self.action_var_decoder = mlp(3 * m, config.action_decoder_hidden, d)
         if config.anchor_rate > 0:
             self.absolute_decoder = mlp(3 * d, config.decoder_hidden, d)
+        self.variance_scale = OutputScale(d)
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit input, torque, torque-difference and state-difference statistics."""
@@ -325,7 +326,15 @@ class AcRKNInverse(DynamicsModel):
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau_t for every step (previous torques from `actions`)."""
         posteriors, _, x = self._windows(batch)
-        return Prediction(*self._decode_action(posteriors, x, batch.actions))
+        mean, var = self._decode_action(posteriors, x, batch.actions)
+        return Prediction(mean, self.variance_scale.apply(var))
+
+    def calibrate_variance(self, val: SequenceBatch) -> None:
+        """Scale the decoded variance to cover held-out errors (`OutputScale`)."""
+        self.variance_scale.factor.fill_(1.0)
+        with torch.no_grad():
+            prediction = self(val)
+        self.variance_scale.fit((prediction.mean - val.targets).pow(2), prediction.variance)
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """
@@ -382,4 +391,4 @@ class AcRKNInverse(DynamicsModel):
             if blind and self.config.anchor_rate > 0:
                 anchor = self.act_norm.denormalize(self.absolute_decoder(x))
                 mean = mean + self.config.anchor_rate * (anchor - mean)
-        return StepOutput(mean, var, InverseState(posterior, mean))
+        return StepOutput(mean, self.variance_scale.apply(var), InverseState(posterior, mean))
