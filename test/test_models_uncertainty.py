@@ -53,6 +53,8 @@ def test_input_support_counts_a_margin_beyond_the_training_extremes_as_seen():
     beyond = torch.tensor([[1.0 + RANGE_MARGIN * 2.0 + 0.3]])   # one length past the margin
     assert float(support.trust(just_past)) == 1.0
     assert float(support.trust(beyond)) == pytest.approx(np.exp(-0.5), rel=1e-5)
+    far = torch.tensor([[1.0 + RANGE_MARGIN * 2.0 + 1.2]])   # trust exp(-8) < TRUST_FLOOR
+    assert float(support.trust(far)) == 0.0   # a learned part is off there, not 3e-4 on
 
 
 def _fit(model_type: str, config: dict):

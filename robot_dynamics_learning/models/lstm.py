@@ -12,7 +12,8 @@ import numpy as np
 from robot_dynamics_learning.models.base import Prediction, SequenceBatch, StepOutput
 from robot_dynamics_learning.models.common import (check_batch, check_step_input,
                                                    InputSupport, InverseModel, ModelConfig,
-                                                   Normalizer, support_of, SupportedVariance)
+                                                   Normalizer, support_of, SupportedVariance,
+                                                   TRUST_FLOOR)
 import torch
 from torch import nn
 
@@ -104,6 +105,7 @@ class NumpyLSTMStepper:
         x = ((np.asarray(observation, np.float32) - mean) / std)[watched]
         excess = np.maximum(low[watched] - x, 0.0) + np.maximum(x - high[watched], 0.0)
         weight = np.exp(-0.5 * np.sum(excess ** 2) / length ** 2)
+        weight = 0.0 if weight < TRUST_FLOOR else weight
         return ((weight * near + (1.0 - weight) * far) * self._output[1] ** 2).astype(np.float64)
 
     def state_from(self, state: 'LSTMState') -> np.ndarray:
