@@ -233,3 +233,16 @@ def test_the_urdf_model_publishes_its_held_out_error_per_joint():
     variance = model(batch).variance
     torch.testing.assert_close(variance[0, 0], offset.pow(2) + 0.05 ** 2, rtol=0.15, atol=0.0)
     torch.testing.assert_close(model.step(None, observations[:, 3]).variance, variance[:, 3])
+
+
+def test_ac_rkn_inverse_variance_rises_out_of_range_to_the_hold_error():
+    """Far outside q's range the std is at least that of repeating tau(t-1), not its own."""
+    model = _fit('ac_rkn_inverse', {'latent_obs_dim': 4, 'num_basis': 4})
+    _, var, _ = _predict(model, _recording(seed=1))
+    _, var_far, _ = _predict(model, _recording(offset=2.5, seed=1))
+    hold = float(model.hold_error.variance)
+    assert hold > 0.0 and float(model.variance_scale.factor) != 1.0
+    assert var_far.max() >= hold * (1 - 1e-5) > var.max()
+    assert var_far.mean() > 1.4 * var.mean()
+    step = model.step(None, torch.tensor([[2.5 + 1.2, 0.0, 0.0]]), torch.zeros(1, 1))
+    assert float(step.variance) >= hold * (1 - 1e-5)

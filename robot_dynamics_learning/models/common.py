@@ -245,9 +245,9 @@ class ErrorVariance(DefaultedBuffers):
     learner scales it to its predict-then-train errors (`VarianceCalibration`).
     """
 
-    def __init__(self, n_out: int) -> None:
+    def __init__(self, n_out: int, initial: float = 1.0) -> None:
         super().__init__()
-        self.register_buffer('variance', torch.ones(n_out))
+        self.register_buffer('variance', torch.full((n_out,), float(initial)))
 
     def store(self, variance: torch.Tensor) -> None:
         """Store a per-output variance (floored at 1e-12)."""

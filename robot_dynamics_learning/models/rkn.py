@@ -15,8 +15,10 @@ from typing import NamedTuple, Optional, Tuple
 
 from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, SequenceBatch,
                                                  StepOutput)
-from robot_dynamics_learning.models.common import (check_batch, check_step_input, mlp,
-                                                   ModelConfig, Normalizer, OutputScale, rmse)
+from robot_dynamics_learning.models.common import (check_batch, check_step_input, ErrorVariance,
+                                                   InputSupport, mlp, ModelConfig, Normalizer,
+                                                   OutputScale, rmse, SUPPORT_LENGTH)
+from robot_dynamics_learning.models.coverage import coverage_variance
 from robot_dynamics_learning.models.feedback import (FeedbackForwardModel, last_observed,
                                                      steps_since_observed, valid_mask)
 from robot_dynamics_learning.models.rkn_cell import Belief, elup1, RKNCell
@@ -283,6 +285,10 @@ class AcRKNInverse(DynamicsModel):
         if config.anchor_rate > 0:
             self.absolute_decoder = mlp(3 * d, config.decoder_hidden, d)
         self.variance_scale = OutputScale(d)
+        # Out of the training range of q and qd the variance rises to at least the error of
+        # repeating tau_{t-1} (0 until calibrated: no rise).
+        self.support = InputSupport(n_obs, d, range(2 * d), SUPPORT_LENGTH)
+        self.hold_error = ErrorVariance(d, initial=0.0)
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit input, torque, torque-difference and state-difference statistics."""
@@ -292,6 +298,21 @@ class AcRKNInverse(DynamicsModel):
         self.act_diff_norm.fit(batch.targets - batch.actions)
         state = batch.observations[..., :2 * d]
         self.obs_diff_norm.fit(state[:, 1:] - state[:, :-1])
+        self.support.fit_range(self.input_norm.normalize(batch.observations))
+
+    def _published_variance(self, variance: torch.Tensor, observations: torch.Tensor
+                            ) -> torch.Tensor:
+        """
+        Scale the decoded variance; raise it where q or qd leave the training range.
+
+        Trust w (1 inside, `InputSupport`) blends it with the larger of it and the held-out
+        error of repeating tau_{t-1}: where the model has seen no data it cannot honestly
+        claim to know the change better than "no change".
+        """
+        variance = self.variance_scale.apply(variance)
+        weight = self.support.trust(self.input_norm.normalize(observations)).unsqueeze(-1)
+        hold = torch.maximum(variance, self.hold_error.like(variance))
+        return weight * variance + (1.0 - weight) * hold
 
     def init_state(self, batch_size: int) -> InverseState:
         """Return the initial belief; the previous action defaults to the mean torque."""
@@ -327,14 +348,21 @@ class AcRKNInverse(DynamicsModel):
         """Predict tau_t for every step (previous torques from `actions`)."""
         posteriors, _, x = self._windows(batch)
         mean, var = self._decode_action(posteriors, x, batch.actions)
-        return Prediction(mean, self.variance_scale.apply(var))
+        return Prediction(mean, self._published_variance(var, batch.observations))
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
-        """Scale the decoded variance to cover held-out errors (`OutputScale`)."""
+        """
+        Scale the decoded variance to cover held-out errors (`OutputScale`).
+
+        Also measure the held-out error of repeating tau_{t-1}: the variance's floor out of
+        the training range.
+        """
         self.variance_scale.factor.fill_(1.0)
+        self.hold_error.variance.zero_()
         with torch.no_grad():
             prediction = self(val)
         self.variance_scale.fit((prediction.mean - val.targets).pow(2), prediction.variance)
+        self.hold_error.store(coverage_variance((val.targets - val.actions).pow(2)))
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """
@@ -344,6 +372,7 @@ class AcRKNInverse(DynamicsModel):
         """
         d = self.n_target
         posteriors, priors, x = self._windows(batch)
+        self.support.widen(x)   # a training batch's q, qd count as seen (continual learning)
         mean, var = self._decode_action(posteriors, x, batch.actions)
         error = (mean - batch.targets) / self.act_diff_norm.std
         action_loss = rmse(error)
@@ -391,4 +420,5 @@ class AcRKNInverse(DynamicsModel):
             if blind and self.config.anchor_rate > 0:
                 anchor = self.act_norm.denormalize(self.absolute_decoder(x))
                 mean = mean + self.config.anchor_rate * (anchor - mean)
-        return StepOutput(mean, self.variance_scale.apply(var), InverseState(posterior, mean))
+        return StepOutput(mean, self._published_variance(var, observation),
+                          InverseState(posterior, mean))
