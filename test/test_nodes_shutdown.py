@@ -12,13 +12,17 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import pytest
+import rclpy
+from robot_dynamics_learning.nodes.runtime import DrainingExecutor, interrupted_call
 from robot_dynamics_learning.processes import ros_args
 from ros_util import ROOT, TestNode, wait_for
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64
 
 END_WITHIN_S = 2.0
 
@@ -143,7 +147,6 @@ def test_ctrl_c_ends_car_model_learner_while_it_trains(tmp_path):
 
 def test_an_rclpy_call_that_swallowed_ctrl_c_is_taken_as_ctrl_c():
     """pybind11 turns the KeyboardInterrupt raised inside take_message into this error."""
-    from robot_dynamics_learning.nodes.runtime import interrupted_call
     swallowed = RuntimeError("Unable to convert call argument '0' to Python object (#define "
                              'PYBIND11_DETAILED_ERROR_MESSAGES or compile in debug mode)')
     assert interrupted_call(swallowed)
@@ -153,11 +156,6 @@ def test_an_rclpy_call_that_swallowed_ctrl_c_is_taken_as_ctrl_c():
 
 def _draining_node(context):
     """Return a node, its publisher, a DrainingExecutor spinning it and the spin thread."""
-    import threading
-
-    import rclpy
-    from robot_dynamics_learning.nodes.runtime import DrainingExecutor
-    from std_msgs.msg import Float64
     node = rclpy.create_node('draining_probe', context=context)
     publisher = node.create_publisher(Float64, 'draining_probe', 10)
     executor = DrainingExecutor(num_threads=2, context=context)
@@ -176,10 +174,6 @@ def test_draining_executor_shutdown_waits_for_running_callbacks(tracked):
     between `submit` and the executor's bookkeeping. Before the fix the node was destroyed
     under such a callback, whose publish then raised 'cannot use Destroyable'.
     """
-    import threading
-
-    import rclpy
-    from std_msgs.msg import Float64
     context = rclpy.Context()
     rclpy.init(context=context)
     node, publisher, executor, spinner = _draining_node(context)
@@ -211,9 +205,6 @@ def test_draining_executor_shutdown_waits_for_running_callbacks(tracked):
 
 def test_draining_executor_shutdown_gives_up_after_its_timeout():
     """A callback that outlives the timeout is reported (False), not waited for forever."""
-    import threading
-
-    import rclpy
     context = rclpy.Context()
     rclpy.init(context=context)
     node, _, executor, spinner = _draining_node(context)
