@@ -5,6 +5,7 @@ The Jazzy/Humble `main()` idiom shared by every node.
 out once here: Ctrl-C and external shutdown end the node quietly, and the node is always
 destroyed.
 """
+import faulthandler
 import gc
 import sys
 import time
@@ -27,6 +28,9 @@ GIL_SWITCH_INTERVAL_S = 0.0002
 # How long the executor's running callbacks may take to finish after SIGINT (of the 2 s a
 # node has to end: launch escalates to SIGTERM after 5 s).
 SHUTDOWN_WAIT_S = 1.0
+# By then a node with concurrent callbacks has ended, or it prints every thread's stack and
+# exits with code 1 (launch sends SIGTERM after 5 s, SIGKILL 10 s later).
+SHUTDOWN_DEADLINE_S = 4.0
 STARTUP_REFUSED = 2   # exit code of a node that refused its parameters or files at start
 # What building a node raises for bad input: our checks, a missing file, rclpy's range checks.
 STARTUP_REFUSALS = (ValueError, FileNotFoundError, ParameterException)
@@ -79,6 +83,11 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         if rclpy.ok() and not interrupted_call(error):
             raise
     finally:
+        if threads > 1:
+            # A callback stuck in a worker thread keeps the interpreter from exiting (it joins
+            # the pool's threads; once seen in CI, car_mpc outlived SIGTERM): past the
+            # deadline the stacks say where, and the process ends instead of hanging.
+            faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
         if executor is not None:
             # Callbacks still running in the executor's threads finish before the node and
             # its entities are destroyed (else: 'cannot use Destroyable' in their futures).
@@ -116,8 +125,8 @@ class DrainingExecutor(MultiThreadedExecutor):
     callbacks raised is collected, as shutdown makes such errors expected.
 
     The pool's threads are waited for, not only the tasks the executor tracks: Ctrl-C can
-    land in `spin_once` between handing a task to the pool and recording it (seen once in
-    ~50 launch-test shutdowns of car_mpc, whose 3 threads solve, watch and reload).
+    land in `spin_once` between handing a task to the pool and recording it (car_mpc, whose
+    3 threads solve, watch and reload, printed the error once in CI).
     """
 
     def shutdown(self, timeout_sec: Optional[float] = None) -> bool:
@@ -129,8 +138,8 @@ class DrainingExecutor(MultiThreadedExecutor):
         for thread in list(getattr(pool, '_threads', ())):
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             finished = finished and not thread.is_alive()
-        with self._tasks_lock:
-            tasks = [task for task, _, _ in self._tasks]
+        # A snapshot, not under `_tasks_lock`: shutdown never waits on the executor's locks.
+        tasks = [entry[0] for entry in list(self._tasks)]
         for task in tasks + list(self._futures):
             if task.done():
                 task.exception()   # mark it retrieved
