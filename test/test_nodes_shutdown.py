@@ -221,3 +221,44 @@ def test_draining_executor_shutdown_gives_up_after_its_timeout():
         spinner.join(timeout=5.0)
     assert not finished
     assert 0.25 < waited < 3.0
+
+
+STUCK_NODE = """
+import threading
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from robot_dynamics_learning.nodes.runtime import spin_node
+
+
+class Stuck(Node):
+    def __init__(self):
+        super().__init__('stuck_probe')
+        self.create_timer(0.05, self.stick, callback_group=MutuallyExclusiveCallbackGroup())
+
+    def stick(self):
+        print('stuck', flush=True)
+        threading.Event().wait()   # a callback that never returns
+
+
+spin_node(Stuck, threads=2)
+"""
+
+
+def test_a_multi_threaded_node_with_a_stuck_callback_still_ends_and_says_where(tmp_path):
+    """
+    The interpreter joins the pool's threads at exit: one stuck callback hung the process.
+
+    Past SHUTDOWN_DEADLINE_S after Ctrl-C it prints every thread's stack and exits with 1,
+    instead of outliving launch's SIGTERM (car_mpc did once in CI).
+    """
+    from robot_dynamics_learning.nodes.runtime import SHUTDOWN_DEADLINE_S
+    log = tmp_path / 'stuck.log'
+    process = subprocess.Popen([sys.executable, '-u', '-c', STUCK_NODE], cwd=ROOT,
+                               stdout=open(log, 'w'), stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    assert wait_for(lambda: 'stuck' in log.read_text(), timeout=30.0), log.read_text()
+    elapsed = _ctrl_c(process)
+    output = log.read_text()
+    assert process.returncode == 1, output
+    assert elapsed < SHUTDOWN_DEADLINE_S + 3.0, f'ended {elapsed:.1f} s after Ctrl-C'
+    assert 'most recent call first' in output and 'in stick' in output, output
