@@ -246,3 +246,12 @@ def test_ac_rkn_inverse_variance_rises_out_of_range_to_the_hold_error():
     assert var_far.mean() > 1.4 * var.mean()
     step = model.step(None, torch.tensor([[2.5 + 1.2, 0.0, 0.0]]), torch.zeros(1, 1))
     assert float(step.variance) >= hold * (1 - 1e-5)
+
+
+def test_the_hybrid_trusts_its_residual_only_inside_the_bare_training_range():
+    """Its trust scales the residual: no margin (online, a margin made its FF worse)."""
+    model = build_model('hybrid', {'urdf': 'urdf/planar_2link.urdf', 'hidden_size': 8}, 6, 2, 2)
+    model.support.fit_range(torch.tensor([[-1.0] * 6, [1.0] * 6]))
+    just_past = torch.tensor([[1.05, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    assert model.support.margin == 0.0 and float(model.support.trust(just_past)) < 1.0
+    assert build_model('lstm', {'hidden_size': 4}, 6, 2, 2).support.margin == RANGE_MARGIN

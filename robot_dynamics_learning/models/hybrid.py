@@ -398,7 +398,8 @@ class HybridInverse(DynamicsModel):
         self.register_buffer('payload', torch.zeros(10, dtype=torch.float64))
         self.regressor = FastRegressor(self.body.model, config.path())
         self.residual_only = False
-        self.support = InputSupport(n_obs, n_target, range(2 * n_obs // 3), config.trust_length)
+        self.support = InputSupport(n_obs, n_target, range(2 * n_obs // 3), config.trust_length,
+                                    margin=0.0)   # the residual: only where it has seen data
 
     def __deepcopy__(self, memo: dict) -> 'HybridInverse':
         """Copy weights and state; share the constant URDF model (it holds a lock)."""
