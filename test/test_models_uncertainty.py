@@ -249,7 +249,7 @@ def test_ac_rkn_inverse_variance_rises_out_of_range_to_the_hold_error():
 
 
 def test_the_hybrid_trusts_its_residual_only_inside_the_bare_training_range():
-    """Its trust scales the residual: no margin (online, a margin made its FF worse)."""
+    """Its trust scales the residual's prediction: the bare range it was validated with."""
     model = build_model('hybrid', {'urdf': 'urdf/planar_2link.urdf', 'hidden_size': 8}, 6, 2, 2)
     model.support.fit_range(torch.tensor([[-1.0] * 6, [1.0] * 6]))
     just_past = torch.tensor([[1.05, 0.0, 0.0, 0.0, 0.0, 0.0]])

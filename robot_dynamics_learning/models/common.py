@@ -212,8 +212,8 @@ SUPPORT_LENGTH = 0.3
 # on some joint 30 % of the time (Kinova blocks, FFNN), which halved the trust of 19 % of
 # in-range test samples and published the error of the mean there (88 % of errors within
 # 1 std). At 10 % of the width no in-range test sample loses trust. Not for the hybrid's
-# residual: learning online on the MuJoCo arm, trusting it 10 % beyond what it had seen made
-# its feed-forward worse than the URDF's (demo: 2.52 vs 2.39 mrad; 2.02 without the margin).
+# residual (its trust scales the prediction, not only the variance): it keeps the bare range
+# it was validated with ("never worse than its prior").
 RANGE_MARGIN = 0.1
 # Below this trust the learned part is off exactly (trust 0): the Kinova validation files
 # leave the range so far that the hybrid's residual kept weights of 1e-6 or less, which moved
