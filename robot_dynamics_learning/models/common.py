@@ -280,6 +280,13 @@ class OutputScale(DefaultedBuffers):
         """Return the scaled variance (..., n_out)."""
         return variance * self.factor.to(variance.dtype)
 
+    def fit_to(self, model: DynamicsModel, val: SequenceBatch) -> None:
+        """Fit the factor to `model`'s own (unscaled) variance and errors on `val`."""
+        self.factor.fill_(1.0)
+        with torch.no_grad():
+            prediction = model(val)
+        self.fit((prediction.mean - val.targets).pow(2), prediction.variance)
+
 
 class InputSupport(DefaultedBuffers):
     """
@@ -345,6 +352,17 @@ class InputSupport(DefaultedBuffers):
         distance2 = excess.pow(2).sum(dim=-1)
         weight = torch.exp(-0.5 * distance2 / self.length ** 2)
         return torch.where(weight < TRUST_FLOOR, torch.zeros_like(weight), weight)
+
+    def rise(self, variance: torch.Tensor, floor: torch.Tensor,
+             normalized_inputs: torch.Tensor) -> torch.Tensor:
+        """
+        Blend a model's own `variance` towards max(variance, floor) as the trust falls.
+
+        For models whose variance varies by sample (RKNs, the forward models' horizons):
+        inside the range it is kept, far out it is at least `floor`.
+        """
+        weight = self.trust(normalized_inputs).unsqueeze(-1)
+        return weight * variance + (1.0 - weight) * torch.maximum(variance, floor)
 
     def variance(self, normalized_inputs: torch.Tensor) -> torch.Tensor:
         """Return the expected squared error (..., n_out) in normalised target units."""

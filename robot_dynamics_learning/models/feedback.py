@@ -177,10 +177,8 @@ class FeedbackForwardModel(DynamicsModel):
         """
         if not self.hold_variance.calibrated:
             return variance
-        variance = self.variance_scale.apply(variance)
-        weight = self.support.trust(inputs).unsqueeze(-1)
-        hold = torch.maximum(variance, self.hold_variance.at(horizon).to(variance.dtype))
-        return weight * variance + (1.0 - weight) * hold
+        return self.support.rise(self.variance_scale.apply(variance),
+                                 self.hold_variance.at(horizon).to(variance.dtype), inputs)
 
     @abc.abstractmethod
     def _init_cell(self, batch_size: int) -> Any:

@@ -182,10 +182,7 @@ class ExactGP(StatelessStep, InverseModel):
         which makes it larger than the exact one: 90 % of Kinova test errors fell within
         1 std before.
         """
-        self.variance_scale.factor.fill_(1.0)
-        with torch.no_grad():
-            prediction = self(val)
-        self.variance_scale.fit((prediction.mean - val.targets).pow(2), prediction.variance)
+        self.variance_scale.fit_to(self, val)
 
     def _predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         return self._predict(observation)

@@ -310,9 +310,8 @@ class AcRKNInverse(DynamicsModel):
         claim to know the change better than "no change".
         """
         variance = self.variance_scale.apply(variance)
-        weight = self.support.trust(self.input_norm.normalize(observations)).unsqueeze(-1)
-        hold = torch.maximum(variance, self.hold_error.like(variance))
-        return weight * variance + (1.0 - weight) * hold
+        return self.support.rise(variance, self.hold_error.like(variance),
+                                 self.input_norm.normalize(observations))
 
     def init_state(self, batch_size: int) -> InverseState:
         """Return the initial belief; the previous action defaults to the mean torque."""
@@ -357,11 +356,8 @@ class AcRKNInverse(DynamicsModel):
         Also measure the held-out error of repeating tau_{t-1}: the variance's floor out of
         the training range.
         """
-        self.variance_scale.factor.fill_(1.0)
-        self.hold_error.variance.zero_()
-        with torch.no_grad():
-            prediction = self(val)
-        self.variance_scale.fit((prediction.mean - val.targets).pow(2), prediction.variance)
+        self.hold_error.variance.zero_()   # no rise while the own variance is measured
+        self.variance_scale.fit_to(self, val)
         self.hold_error.store(coverage_variance((val.targets - val.actions).pow(2)))
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
