@@ -126,6 +126,15 @@ def evaluate_loss(model: DynamicsModel, batch: SequenceBatch, batch_size: int = 
     return total / max(count, 1)
 
 
+def _validate_and_calibrate(model: DynamicsModel, val: Optional[SequenceBatch]) -> float:
+    """Return the validation loss of a model fitted without epochs; calibrate its variance."""
+    if val is None:
+        return float('nan')
+    loss = evaluate_loss(model, val)
+    model.calibrate_variance(val)
+    return loss
+
+
 def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[SequenceBatch],
                 config: TrainConfig) -> TrainResult:
     """
@@ -140,19 +149,13 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     torch.manual_seed(config.seed)
     if model.fits_in_closed_form:
         info = model.fit_data(train)
-        val_loss = float('nan')
-        if val is not None:
-            val_loss = evaluate_loss(model, val)
-            model.calibrate_variance(val)
-        return TrainResult(val_loss, 1, time.perf_counter() - start, [dict(info)])
+        return TrainResult(_validate_and_calibrate(model, val), 1, time.perf_counter() - start,
+                           [dict(info)])
     model.fit_normalization(train)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        val_loss = float('nan')
-        if val is not None:
-            val_loss = evaluate_loss(model, val)
-            model.calibrate_variance(val)
-        return TrainResult(val_loss, 0, time.perf_counter() - start, [])
+        return TrainResult(_validate_and_calibrate(model, val), 0, time.perf_counter() - start,
+                           [])
     generator = torch.Generator().manual_seed(config.seed)
     drop = config.obs_drop if model.kind == 'forward' else 0.0
     val_batch = None if val is None else drop_observations(
