@@ -262,3 +262,63 @@ def test_a_multi_threaded_node_with_a_stuck_callback_still_ends_and_says_where(t
     assert process.returncode == 1, output
     assert elapsed < SHUTDOWN_DEADLINE_S + 3.0, f'ended {elapsed:.1f} s after Ctrl-C'
     assert 'most recent call first' in output and 'in stick' in output, output
+
+
+INTERRUPTED_SUBMIT_NODE = """
+from concurrent.futures import ThreadPoolExecutor
+import os
+import signal
+
+from rclpy.node import Node
+from robot_dynamics_learning.nodes.runtime import spin_node
+
+original_submit = ThreadPoolExecutor.submit
+calls = [0]
+
+
+def submit(pool, *args, **kwargs):
+    calls[0] += 1
+    if calls[0] == 20:   # Ctrl-C arrives while the main thread is inside the pool's submit
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100000):   # bytecodes at which Python runs a pending handler
+            pass
+        print('submit survived', flush=True)
+    return original_submit(pool, *args, **kwargs)
+
+
+ThreadPoolExecutor.submit = submit
+
+
+class Busy(Node):
+    def __init__(self):
+        super().__init__('busy_probe')
+        self.create_timer(0.005, lambda: None)
+
+
+spin_node(Busy, threads=3)
+print('ended', flush=True)
+"""
+
+
+def test_ctrl_c_inside_the_thread_pools_submit_does_not_interrupt_it(tmp_path):
+    """
+    SIGINT never raises inside the multi-threaded executor's machinery; the spin ends after.
+
+    Raised inside `ThreadPoolExecutor.submit` (between a lock's acquire and its `with`), the
+    KeyboardInterrupt leaked the pool's lock and every worker waited for it forever: car_mpc
+    then hung at exit (CI). Here SIGINT lands inside `submit`, which must run to its end.
+    """
+    log = tmp_path / 'busy.log'
+    process = subprocess.Popen([sys.executable, '-u', '-c', INTERRUPTED_SUBMIT_NODE],
+                               cwd=ROOT, stdout=open(log, 'w'), stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        process.wait(timeout=30.0)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    output = log.read_text()
+    assert process.returncode == 0, output
+    assert 'submit survived' in output and 'ended' in output, output
+    assert 'Traceback' not in output, output

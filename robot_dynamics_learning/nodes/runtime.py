@@ -7,6 +7,7 @@ destroyed.
 """
 import faulthandler
 import gc
+import signal
 import sys
 import time
 from typing import Any, Callable, List, Optional
@@ -15,6 +16,7 @@ import rclpy
 from rclpy.exceptions import InvalidHandle, ParameterException
 from rclpy.executors import (ExternalShutdownException, MultiThreadedExecutor,
                              SingleThreadedExecutor)
+from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.subscription import Subscription
 from robot_dynamics_learning.memory import retain_freed_memory
@@ -54,6 +56,10 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     sys.unraisablehook = _quiet_half_built_futures
     retain_freed_memory()
+    # Installed before rclpy.init: rclpy's own handler (which wakes executors and, in Jazzy,
+    # shuts the context down) chains to it. `signal.signal` after init would replace rclpy's.
+    interrupt = DeferrableInterrupt()
+    signal.signal(signal.SIGINT, interrupt)
     rclpy.init(args=args)
     node = None
     executor = None
@@ -64,10 +70,16 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         # traversing them took 120-180 ms in the learner, a stall of 120+ messages at 1 kHz.
         gc.freeze()
         _apply_realtime_priority(node)
-        executor = (SingleThreadedExecutor() if threads == 1
-                    else DrainingExecutor(num_threads=threads))
-        executor.add_node(node)
-        executor.spin()
+        if threads == 1:
+            executor = SingleThreadedExecutor()
+            executor.add_node(node)
+            executor.spin()
+        else:
+            executor = DrainingExecutor(num_threads=threads)
+            executor.add_node(node)
+            interrupt.defer(node)
+            while executor.context.ok() and not interrupt.requested:
+                executor.spin_once()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except STARTUP_REFUSALS as error:
@@ -97,6 +109,40 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         rclpy.try_shutdown()
     if exit_code:
         sys.exit(exit_code)
+
+
+class DeferrableInterrupt:
+    """
+    SIGINT handler: KeyboardInterrupt as usual, or, once deferred, a request the spin checks.
+
+    Python raises KeyboardInterrupt in the main thread at whatever bytecode runs next. In a
+    multi-threaded executor that thread is inside the executor's own machinery, e.g.
+    `ThreadPoolExecutor.submit`: raised in `Condition.__enter__` after the lock was taken and
+    before the `with` owned it, the interrupt leaked the pool's idle-semaphore lock, so every
+    worker blocked on it forever and the interpreter, which joins them at exit, hung (car_mpc,
+    twice in CI). Deferred, the handler only records the request and wakes the executor
+    through a guard condition; the spin loop then ends between two `spin_once` calls, where
+    no lock is held. Callbacks run in the pool's threads, so nothing is lost by not
+    interrupting the main thread.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._wake: Optional[GuardCondition] = None
+
+    def defer(self, node: Node) -> None:
+        """From now on, record SIGINT and wake `node`'s executor instead of raising."""
+        self._wake = node.create_guard_condition(lambda: None)
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        """Raise KeyboardInterrupt, or once deferred record the request and wake the spin."""
+        if self._wake is None:
+            raise KeyboardInterrupt
+        self.requested = True
+        try:
+            self._wake.trigger()
+        except Exception:   # noqa: B902 - already destroyed: the spin has ended anyway
+            pass
 
 
 def _quiet_half_built_futures(unraisable: Any) -> None:
