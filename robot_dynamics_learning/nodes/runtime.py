@@ -30,8 +30,8 @@ GIL_SWITCH_INTERVAL_S = 0.0002
 # How long the executor's running callbacks may take to finish after SIGINT (of the 2 s a
 # node has to end: launch escalates to SIGTERM after 5 s).
 SHUTDOWN_WAIT_S = 1.0
-# By then a node with concurrent callbacks has ended, or it prints every thread's stack and
-# exits with code 1 (launch sends SIGTERM after 5 s, SIGKILL 10 s later).
+# By then (from SIGINT, or from the end of the spin) a node has ended, or it prints every
+# thread's stack and exits with code 1 (launch sends SIGTERM after 5 s, SIGKILL 10 s later).
 SHUTDOWN_DEADLINE_S = 4.0
 STARTUP_REFUSED = 2   # exit code of a node that refused its parameters or files at start
 # What building a node raises for bad input: our checks, a missing file, rclpy's range checks.
@@ -41,11 +41,15 @@ STARTUP_REFUSALS = (ValueError, FileNotFoundError, ParameterException)
 def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
               threads: int = 1) -> None:
     """
-    Create the node after `rclpy.init` and spin it.
+    Create the node after `rclpy.init` and spin it until Ctrl-C or an external shutdown.
 
     A ValueError, FileNotFoundError or rclpy ParameterException while the node is built (a
     parameter out of its range, a refused config, URDF or checkpoint) ends the process with
     one logged line and exit code 2.
+
+    Once spinning, Ctrl-C ends the spin between two callbacks, never inside one or inside the
+    executor (`DeferrableInterrupt`). A node that has not ended SHUTDOWN_DEADLINE_S after it
+    prints every thread's stack and exits with code 1 instead of hanging.
 
     threads == 1 (default) spins a single-threaded executor: in the Jazzy wheels the
     multi-threaded executor's per-message hand-off dropped most of a 240 Hz best-effort
@@ -70,16 +74,12 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         # traversing them took 120-180 ms in the learner, a stall of 120+ messages at 1 kHz.
         gc.freeze()
         _apply_realtime_priority(node)
-        if threads == 1:
-            executor = SingleThreadedExecutor()
-            executor.add_node(node)
-            executor.spin()
-        else:
-            executor = DrainingExecutor(num_threads=threads)
-            executor.add_node(node)
-            interrupt.defer(node)
-            while executor.context.ok() and not interrupt.requested:
-                executor.spin_once()
+        executor = (SingleThreadedExecutor() if threads == 1
+                    else DrainingExecutor(num_threads=threads))
+        executor.add_node(node)
+        interrupt.defer(node)
+        while executor.context.ok() and not interrupt.requested:
+            executor.spin_once()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except STARTUP_REFUSALS as error:
@@ -88,18 +88,16 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         # A refused parameter, config or file at start: one line naming it, no traceback.
         rclpy.logging.get_logger('robot_dynamics_learning').error(f'not started: {error}')
         exit_code = STARTUP_REFUSED
-    except Exception as error:
-        # SIGINT while a callback is inside an rclpy call ends the node too: the call then
-        # fails instead of the KeyboardInterrupt (`interrupted_call`), or the context is
-        # already shut down. Anything else is an error.
-        if rclpy.ok() and not interrupted_call(error):
+    except Exception:
+        # Jazzy's SIGINT handler shuts the context down at once: a callback still running
+        # then fails in its rclpy call. Anything else is an error.
+        if rclpy.ok():
             raise
     finally:
-        if threads > 1:
-            # A callback stuck in a worker thread keeps the interpreter from exiting (it joins
-            # the pool's threads; once seen in CI, car_mpc outlived SIGTERM): past the
-            # deadline the stacks say where, and the process ends instead of hanging.
-            faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
+        # Destroying the node and the interpreter's exit wait for every thread (a callback
+        # stuck in a pool thread once kept car_mpc alive past SIGTERM in CI): past the
+        # deadline the stacks say where, and the process ends instead of hanging.
+        faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
         if executor is not None:
             # Callbacks still running in the executor's threads finish before the node and
             # its entities are destroyed (else: 'cannot use Destroyable' in their futures).
@@ -113,17 +111,19 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
 
 class DeferrableInterrupt:
     """
-    SIGINT handler: KeyboardInterrupt as usual, or, once deferred, a request the spin checks.
+    SIGINT handler: KeyboardInterrupt while a node is built, a request once it spins.
 
-    Python raises KeyboardInterrupt in the main thread at whatever bytecode runs next. In a
-    multi-threaded executor that thread is inside the executor's own machinery, e.g.
-    `ThreadPoolExecutor.submit`: raised in `Condition.__enter__` after the lock was taken and
-    before the `with` owned it, the interrupt leaked the pool's idle-semaphore lock, so every
-    worker blocked on it forever and the interpreter, which joins them at exit, hung (car_mpc,
-    twice in CI). Deferred, the handler only records the request and wakes the executor
-    through a guard condition; the spin loop then ends between two `spin_once` calls, where
-    no lock is held. Callbacks run in the pool's threads, so nothing is lost by not
-    interrupting the main thread.
+    Python raises KeyboardInterrupt in the main thread at whatever bytecode runs next: inside
+    the executor's own machinery it leaked what it held. Raised in `Condition.__enter__`
+    (`ThreadPoolExecutor.submit`) after the lock was taken and before the `with` owned it,
+    it left the pool's lock held, every worker blocked on it and the interpreter, which joins
+    them at exit, hung (car_mpc in CI). Raised in `ExitStack.enter_context` while the
+    executor builds its wait set, it left an entity's handle in use, which `destroy_node`
+    waits for (car_state_estimator and dynamics_learner outlived SIGTERM in launch tests).
+    Deferred, the handler only records the request, arms the shutdown deadline (a callback
+    that never returns) and wakes the executor through a guard condition; the spin loop then
+    ends between two `spin_once` calls, where nothing is held, and no callback is cut off
+    half-way.
     """
 
     def __init__(self) -> None:
@@ -138,7 +138,9 @@ class DeferrableInterrupt:
         """Raise KeyboardInterrupt, or once deferred record the request and wake the spin."""
         if self._wake is None:
             raise KeyboardInterrupt
-        self.requested = True
+        if not self.requested:
+            self.requested = True
+            faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
         try:
             self._wake.trigger()
         except Exception:   # noqa: B902 - already destroyed: the spin has ended anyway
@@ -170,9 +172,10 @@ class DrainingExecutor(MultiThreadedExecutor):
     cancelled, every pool thread ends first (bounded by the timeout), and what the last
     callbacks raised is collected, as shutdown makes such errors expected.
 
-    The pool's threads are waited for, not only the tasks the executor tracks: Ctrl-C can
-    land in `spin_once` between handing a task to the pool and recording it (car_mpc, whose
-    3 threads solve, watch and reload, printed the error once in CI).
+    The pool's threads are waited for, not only the tasks the executor tracks: a task goes to
+    the pool before the executor records it (car_mpc, whose 3 threads solve, watch and
+    reload, printed the error once in CI). Once they have all ended, tasks that never ran are
+    cancelled, which closes their coroutines ('coroutine ... was never awaited' at exit).
     """
 
     def shutdown(self, timeout_sec: Optional[float] = None) -> bool:
@@ -187,8 +190,12 @@ class DrainingExecutor(MultiThreadedExecutor):
         # A snapshot, not under `_tasks_lock`: shutdown never waits on the executor's locks.
         tasks = [entry[0] for entry in list(self._tasks)]
         for task in tasks + list(self._futures):
+            if task.cancelled():
+                continue
             if task.done():
                 task.exception()   # mark it retrieved
+            elif finished:
+                task.cancel()   # never started, and no thread is left to start it
         return finished
 
 
@@ -209,18 +216,6 @@ def _apply_realtime_priority(node: Node) -> None:
     node.get_logger().info(f'{count} threads run under SCHED_FIFO priority {priority}')
 
 
-def interrupted_call(error: BaseException) -> bool:
-    """
-    Return True for the error an rclpy call raises when SIGINT arrives during it.
-
-    rclpy's signal handler only wakes the executor; the KeyboardInterrupt comes from Python's
-    own handler at the next bytecode, and when that bytecode runs inside pybind11's
-    conversion of a message (`take_message`) pybind11 reports 'Unable to convert call
-    argument' instead, and the interrupt is gone (seen in 1 of ~12 launch-test shutdowns).
-    """
-    return isinstance(error, RuntimeError) and 'Unable to convert call argument' in str(error)
-
-
 def take_pending(subscription: Subscription) -> Optional[Any]:
     """
     Return the next message already queued for `subscription`, or None; never waits.
@@ -235,9 +230,7 @@ def take_pending(subscription: Subscription) -> Optional[Any]:
             taken = subscription.handle.take_message(subscription.msg_type, subscription.raw)
     except InvalidHandle:   # destroyed while shutting down
         return None
-    except RuntimeError as error:
-        if interrupted_call(error):
-            raise KeyboardInterrupt from error   # the Ctrl-C that this call swallowed
+    except RuntimeError:
         if rclpy.ok():
             raise
         return None   # the context was shut down (SIGINT) during the call
