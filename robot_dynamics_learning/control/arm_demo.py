@@ -83,6 +83,7 @@ def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
         state = sim.step()
         if learner is None:
             continue
+        learned.observe(state.time, state.position, state.velocity, state.effort)
         features = stream.sample(state.time, state.position, state.velocity, state.effort)
         if features is not None:
             learner.observe(state.time, *features)
@@ -98,7 +99,8 @@ def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
     if learner is not None:
         result.update(nmse_at=nmse_at, train_steps=learner.trainer.steps,
                       rejected_steps=learner.trainer.rejected_steps,
-                      checkpoint_loads=learned.loads, urdf_fallback_calls=learned.fallback_calls,
+                      checkpoint_loads=learned.loads, checkpoints_refused=learned.refused,
+                      urdf_fallback_calls=learned.fallback_calls,
                       payload_estimate_kg=float(learner.physics.state()[0]))
     return result
 

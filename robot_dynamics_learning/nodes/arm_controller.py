@@ -71,8 +71,10 @@ class ArmControllerNode(Node):
         self.controller = ArmController(config.controller_config(), feedforward,
                                         limits.lower.numpy(), limits.upper.numpy(),
                                         limits.effort.numpy())
-        self.parser = JointStateParser(self.joint_names, velocity=FieldNeed.REQUIRED,
-                                       effort=FieldNeed.IGNORE)
+        # Efforts, when the driver sends them, score new checkpoints (LearnedFeedforward).
+        self.parser = JointStateParser(
+            self.joint_names, velocity=FieldNeed.REQUIRED,
+            effort=FieldNeed.OPTIONAL if self.learned is not None else FieldNeed.IGNORE)
         self._errors = np.zeros(ERROR_WINDOW)
         self._lock = threading.Lock()
         self.pub_command = self.create_publisher(Float64MultiArray, config.command_topic,
@@ -109,6 +111,9 @@ class ArmControllerNode(Node):
         sample = parse_or_warn(self, self.parser, msg, 'joint state')
         if sample is None:
             return
+        if self.learned is not None and sample.effort is not None:
+            self.learned.observe(sample.stamp_ns * 1e-9, sample.position, sample.velocity,
+                                 sample.effort)
         with self._lock:
             torque = self.controller.on_state(sample.stamp_ns, self._now_ns(), sample.position,
                                               sample.velocity)
@@ -139,6 +144,7 @@ class ArmControllerNode(Node):
         if self.learned is not None:
             values.update(checkpoint=str(self.learned.path), loads=self.learned.loads,
                           load_errors=self.learned.load_errors,
+                          checkpoints_refused=self.learned.refused,
                           urdf_fallback_calls=self.learned.fallback_calls)
         publish_counters(self, self.pub_diag, values, warn=braking,
                          message='braking' if braking else 'tracking',
