@@ -34,16 +34,21 @@ def _start_in_own_group(executable: str, params: dict, log: Path) -> subprocess.
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _ctrl_c(process: subprocess.Popen) -> float:
-    """Send SIGINT to the process group; return the seconds until the node exited."""
-    start = time.monotonic()
-    os.killpg(process.pid, signal.SIGINT)
+def _wait_or_kill(process: subprocess.Popen, timeout: float) -> None:
+    """Wait for the process; past `timeout` SIGKILL its whole group (the test then fails)."""
     try:
-        process.wait(timeout=15.0)
+        process.wait(timeout=timeout)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def _ctrl_c(process: subprocess.Popen) -> float:
+    """Send SIGINT to the process group; return the seconds until the node exited."""
+    start = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)
+    _wait_or_kill(process, 15.0)
     return time.monotonic() - start
 
 
@@ -315,12 +320,7 @@ def test_ctrl_c_never_raises_inside_the_executor(module, owner, name, threads, t
     process = subprocess.Popen(
         [sys.executable, '-u', '-c', INTERRUPTED_NODE, module, owner, name, str(threads)],
         cwd=ROOT, stdout=open(log, 'w'), stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        process.wait(timeout=30.0)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    _wait_or_kill(process, 30.0)
     output = log.read_text()
     assert process.returncode == 0, output
     assert 'survived' in output and 'ended' in output, output
