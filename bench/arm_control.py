@@ -12,7 +12,8 @@ the flange from 70 s, three times:
   `--checkpoint-period` (1 s) of simulated time, polled every second, as the nodes do in
   launch/arm_gazebo.launch.py; the URDF model until the first one), payload RLS forgetting
   `--payload-forgetting` (0.9999, that launch file's model_config; docs/simulation.md says
-  why both differ from config/learner.yaml).
+  why both differ from config/learner.yaml); once per `--seeds` seed, since this closed loop
+  amplifies small differences in what the learner saw when.
 Tracking RMSE (rad, all joints) over one reference period before the change (60-70 s, after
 60 s of learning) and 10-20 s after it (80-90 s); the learner's prequential nMSE (5000-sample
 window) at 20k samples of MuJoCo data.
@@ -21,7 +22,8 @@ Live part: mujoco_arm and arm_controller (URDF feed-forward) as processes over D
 how late mujoco_arm published each step against its 1 ms schedule (its /diagnostics:
 percentiles over disjoint 5 s windows) and the inter-arrival jitter seen by a probe node.
 
-    .venv/bin/python -m bench.arm_control [--seconds 90] [--live 20] [--realtime-priority 50]
+    .venv/bin/python -m bench.arm_control [--seconds 90] [--seeds 0 1 2] [--live 20]
+        [--realtime-priority 50]
 
 Writes bench/results/arm_control.json and docs/img/arm_control.png. The load average is saved
 with the results: timing on a shared 2-core machine is pessimistic; ratios from one run count.
@@ -48,34 +50,41 @@ IMAGES = ROOT / 'docs' / 'img'
 
 
 def offline(seconds: float, change_s: float, checkpoint_period_s: float,
-            payload_forgetting: float) -> dict:
-    """Run the three controllers; return the acceptance numbers."""
+            payload_forgetting: float, seeds: List[int]) -> dict:
+    """Run PD and URDF once, the learned controller once per seed; return the numbers."""
     torch.set_num_threads(1)
-    runs, curves = {}, {}
-    for mode in MODES:
-        print(f'closed loop, {LABELS[mode]}: {seconds:.0f} s ...', flush=True)
+    runs, curves, learned_runs = {}, {}, {}
+    for mode, seed in [('none', 0), ('urdf', 0)] + [('learned', s) for s in seeds]:
+        print(f'closed loop, {LABELS[mode]}, seed {seed}: {seconds:.0f} s ...', flush=True)
         with tempfile.TemporaryDirectory() as folder:
             run = closed_loop(mode, seconds, change_s, 2.0, checkpoint_period_s, Path(folder),
-                              payload_forgetting)
+                              payload_forgetting, seed)
         errors = run.pop('errors')
-        curves[mode] = trailing_rmse(errors, RATE)
         run.update(rmse_before_change_rad=rmse(errors, change_s - PERIOD_S, change_s),
                    rmse_10_20s_after_change_rad=rmse(errors, change_s + PERIOD_S,
                                                      change_s + 2 * PERIOD_S),
                    rmse_first_period_after_change_rad=rmse(errors, change_s,
                                                            change_s + PERIOD_S))
-        runs[mode] = run
         print(json.dumps({k: v for k, v in run.items() if k != 'counts'}, default=str),
               flush=True)
+        if mode == 'learned':
+            learned_runs[seed] = run
+        if mode not in runs:   # the plot and the headline: the first seed
+            runs[mode] = run
+            curves[mode] = trailing_rmse(errors, RATE)
     plot(curves, change_s, IMAGES / 'arm_control.png')
     before = {mode: runs[mode]['rmse_before_change_rad'] for mode in MODES}
-    learned = runs['learned']
+    urdf_over_learned = [before['urdf'] / run['rmse_before_change_rad']
+                         for run in learned_runs.values()]
+    recovery = [run['rmse_10_20s_after_change_rad'] / run['rmse_before_change_rad']
+                for run in learned_runs.values()]
     summary = {
+        'seeds': seeds,
         'pd_over_learned_before_change': before['none'] / before['learned'],
-        'urdf_over_learned_before_change': before['urdf'] / before['learned'],
-        'learned_recovery_ratio_10_20s_after_change':
-            learned['rmse_10_20s_after_change_rad'] / before['learned'],
-        'hybrid_prequential_nmse_at_20k': learned['nmse_at'].get(20000),
+        'urdf_over_learned_before_change_per_seed': urdf_over_learned,
+        'urdf_over_learned_before_change_median': float(np.median(urdf_over_learned)),
+        'learned_recovery_ratio_10_20s_after_change_per_seed': recovery,
+        'hybrid_prequential_nmse_at_20k': runs['learned']['nmse_at'].get(20000),
     }
     return {'config': {'seconds': seconds, 'payload_change_s': change_s, 'payload_kg': 2.0,
                        'checkpoint_period_s': checkpoint_period_s,
@@ -84,7 +93,8 @@ def offline(seconds: float, change_s: float, checkpoint_period_s: float,
                        'learner': 'hybrid, config/learner.yaml settings, updates_per_sample '
                                   '0.05, in the loop (ContinualLearner.train_pending)',
                        'payload_forgetting': payload_forgetting},
-            'runs': runs, 'summary': summary}
+            'runs': runs, 'learned_per_seed': {str(k): v for k, v in learned_runs.items()},
+            'summary': summary}
 
 
 def live(seconds: float, realtime_priority: int = 0) -> dict:
@@ -151,6 +161,8 @@ def main(argv=None) -> None:
     parser.add_argument('--checkpoint-period', type=float, default=1.0)
     parser.add_argument('--payload-forgetting', type=float, default=0.9999,
                         help="the hybrid's payload RLS forgetting factor (docs/simulation.md)")
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2],
+                        help="the learned controller's seeds (weights and sampling)")
     parser.add_argument('--live', type=float, default=20.0, help='live seconds (0: skip)')
     parser.add_argument('--realtime-priority', type=int, default=50, help='a second live run '
                         'with the nodes under SCHED_FIFO at this priority (0: skip)')
@@ -158,7 +170,9 @@ def main(argv=None) -> None:
                         'the offline results of bench/results/arm_control.json')
     args = parser.parse_args(argv)
     path = RESULTS / 'arm_control.json'
-    results = json.loads(path.read_text()) if args.live_only else {}
+    # A part not rerun (--live-only, or --live 0) keeps its earlier results.
+    keep = (args.live_only or not args.live) and path.exists()
+    results = json.loads(path.read_text()) if keep else {}
     results['load_average_at_start'] = os.getloadavg()[0]
     if args.live:
         results['live'] = live(args.live)
@@ -168,7 +182,7 @@ def main(argv=None) -> None:
         print(json.dumps(results['live_realtime'], indent=1), flush=True)
     if not args.live_only:
         results.update(offline(args.seconds, args.change, args.checkpoint_period,
-                               args.payload_forgetting))
+                               args.payload_forgetting, args.seeds))
     print(json.dumps(results['summary'], indent=1))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1, default=str))

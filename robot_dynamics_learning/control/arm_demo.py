@@ -40,8 +40,12 @@ LABELS = {'none': 'PD only', 'urdf': 'PD + URDF feed-forward',
 
 def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
                 checkpoint_period_s: float, folder: Path,
-                payload_forgetting: float = 0.9999) -> Dict[str, object]:
-    """Run one controller on the MuJoCo arm; return per-step errors and learner numbers."""
+                payload_forgetting: float = 0.9999, seed: int = 0) -> Dict[str, object]:
+    """Run one controller on the MuJoCo arm; return per-step errors and learner numbers.
+
+    `seed` sets the learner's weights and sampling: this closed loop amplifies small changes
+    in what the learner saw when, so claims about it need several seeds.
+    """
     urdf = resource('urdf/panda.urdf')
     sim = MujocoArm(MujocoArmConfig())
     names = sim.joint_names
@@ -56,7 +60,7 @@ def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
     sim.reset(sim.model.jnt_range.mean(axis=1))
     learner, stream = None, None
     if mode == 'learned':
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         model = build_model('hybrid', {'urdf': str(urdf), 'hidden_size': 32, 'num_layers': 1,
                                        'payload_forgetting': payload_forgetting}, 3 * n, n, n)
         # 80 % of each batch from recent samples, as this part was measured with before the
@@ -66,7 +70,7 @@ def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
         config = LearnerConfig(BufferConfig(recent_fraction=0.8),
                                TrainerConfig(updates_per_sample=0.05))
         learner = ContinualLearner(
-            model, 3 * n, n, n, config, np.random.default_rng(0),
+            model, 3 * n, n, n, config, np.random.default_rng(seed),
             save=functools.partial(save_to_directory, CheckpointDirectory(folder), names))
         stream = InverseDynamicsStream(n, CausalDifferentiator(n, window=21))
     steps = int(seconds * RATE)
