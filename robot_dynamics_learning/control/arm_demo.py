@@ -41,7 +41,8 @@ LABELS = {'none': 'PD only', 'urdf': 'PD + URDF feed-forward',
 def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
                 checkpoint_period_s: float, folder: Path,
                 payload_forgetting: float = 0.9999, seed: int = 0) -> Dict[str, object]:
-    """Run one controller on the MuJoCo arm; return per-step errors and learner numbers.
+    """
+    Run one controller on the MuJoCo arm; return per-step errors and learner numbers.
 
     `seed` sets the learner's weights and sampling: this closed loop amplifies small changes
     in what the learner saw when, so claims about it need several seeds.
