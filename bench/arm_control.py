@@ -40,7 +40,7 @@ from typing import Dict, List
 import numpy as np
 from robot_dynamics_learning.control.arm_demo import (closed_loop, LABELS, MODES, PERIOD_S,
                                                       plot, RATE, rmse, trailing_rmse)
-from robot_dynamics_learning.control.arm_feedforward import ArmControllerConfig
+from robot_dynamics_learning.control.arm_feedforward import ArmControllerConfig, GATE_SAMPLES
 from robot_dynamics_learning.sim.mujoco_arm import MujocoArmConfig
 import torch
 
@@ -50,7 +50,7 @@ IMAGES = ROOT / 'docs' / 'img'
 
 
 def offline(seconds: float, change_s: float, checkpoint_period_s: float,
-            payload_forgetting: float, seeds: List[int]) -> dict:
+            payload_forgetting: float, seeds: List[int], gate_samples: int) -> dict:
     """Run PD and URDF once, the learned controller once per seed; return the numbers."""
     torch.set_num_threads(1)
     runs, curves, learned_runs = {}, {}, {}
@@ -58,7 +58,7 @@ def offline(seconds: float, change_s: float, checkpoint_period_s: float,
         print(f'closed loop, {LABELS[mode]}, seed {seed}: {seconds:.0f} s ...', flush=True)
         with tempfile.TemporaryDirectory() as folder:
             run = closed_loop(mode, seconds, change_s, 2.0, checkpoint_period_s, Path(folder),
-                              payload_forgetting, seed)
+                              payload_forgetting, seed, gate_samples)
         errors = run.pop('errors')
         run.update(rmse_before_change_rad=rmse(errors, change_s - PERIOD_S, change_s),
                    rmse_10_20s_after_change_rad=rmse(errors, change_s + PERIOD_S,
@@ -92,7 +92,8 @@ def offline(seconds: float, change_s: float, checkpoint_period_s: float,
                            'kp': ArmControllerConfig().kp, 'kd': ArmControllerConfig().kd},
                        'learner': 'hybrid, config/learner.yaml settings, updates_per_sample '
                                   '0.05, in the loop (ContinualLearner.train_pending)',
-                       'payload_forgetting': payload_forgetting},
+                       'payload_forgetting': payload_forgetting,
+                       'gate_samples': gate_samples},
             'runs': runs, 'learned_per_seed': {str(k): v for k, v in learned_runs.items()},
             'summary': summary}
 
@@ -163,6 +164,9 @@ def main(argv=None) -> None:
                         help="the hybrid's payload RLS forgetting factor (docs/simulation.md)")
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2],
                         help="the learned controller's seeds (weights and sampling)")
+    parser.add_argument('--gate-samples', type=int, default=GATE_SAMPLES,
+                        help='measured samples a new checkpoint is scored on before the '
+                        'controller uses it (0: every checkpoint is used)')
     parser.add_argument('--live', type=float, default=20.0, help='live seconds (0: skip)')
     parser.add_argument('--realtime-priority', type=int, default=50, help='a second live run '
                         'with the nodes under SCHED_FIFO at this priority (0: skip)')
@@ -182,7 +186,7 @@ def main(argv=None) -> None:
         print(json.dumps(results['live_realtime'], indent=1), flush=True)
     if not args.live_only:
         results.update(offline(args.seconds, args.change, args.checkpoint_period,
-                               args.payload_forgetting, args.seeds))
+                               args.payload_forgetting, args.seeds, args.gate_samples))
     print(json.dumps(results['summary'], indent=1))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1, default=str))

@@ -148,21 +148,26 @@ def test_learned_feedforward_refuses_a_checkpoint_worse_on_the_measured_samples(
     learned = LearnedFeedforward(tmp_path, names, fallback=no_feedforward,
                                  differentiator=CausalDifferentiator(7, window=5),
                                  gate_samples=1000)
+    ungated = LearnedFeedforward(tmp_path, names, fallback=no_feedforward,
+                                 differentiator=CausalDifferentiator(7, window=5),
+                                 gate_samples=0)
     folder = CheckpointDirectory(tmp_path)
     config = {'urdf': str(URDF), 'learn_friction': True}
     good = build_model('rigid_body', config, 21, 7, 7)
     folder.save(good, names)
-    assert 'using checkpoint' in learned.poll()
+    assert 'using checkpoint' in learned.poll() and 'using checkpoint' in ungated.poll()
     for k in range(1200):   # the arm moves on sines; its torque is the URDF's
         t = k * 1e-3
         phase = 2.0 * t + np.arange(7)
         q, qd, qdd = 0.3 * np.sin(phase), 0.6 * np.cos(phase), -1.2 * np.sin(phase)
-        learned.observe(t, q, qd, truth(t, q, qd, qdd))
+        for feedforward in (learned, ungated):
+            feedforward.observe(t, q, qd, truth(t, q, qd, qdd))
     worse = build_model('rigid_body', config, 21, 7, 7)
     worse.body.log_friction.data.fill_(np.log(3.0))   # 3 N m of friction the arm lacks
     folder.save(worse, names)
     line = learned.poll()
     assert 'not used' in line and learned.refused == 1 and learned.loads == 1, line
+    assert 'using checkpoint' in ungated.poll()   # gate_samples 0: no gate
     assert learned.poll() is None   # refused once, not scored again
     folder.save(good, names)   # as good as the model in use: taken
     assert 'using checkpoint' in learned.poll() and learned.loads == 2

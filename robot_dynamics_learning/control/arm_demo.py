@@ -17,6 +17,7 @@ from typing import Dict
 import numpy as np
 from robot_dynamics_learning.control.arm_feedforward import (ArmController,
                                                              ArmControllerConfig,
+                                                             GATE_SAMPLES,
                                                              LearnedFeedforward,
                                                              no_feedforward,
                                                              RigidBodyFeedforward)
@@ -40,12 +41,14 @@ LABELS = {'none': 'PD only', 'urdf': 'PD + URDF feed-forward',
 
 def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
                 checkpoint_period_s: float, folder: Path,
-                payload_forgetting: float = 0.9999, seed: int = 0) -> Dict[str, object]:
+                payload_forgetting: float = 0.9999, seed: int = 0,
+                gate_samples: int = GATE_SAMPLES) -> Dict[str, object]:
     """
     Run one controller on the MuJoCo arm; return per-step errors and learner numbers.
 
     `seed` sets the learner's weights and sampling: this closed loop amplifies small changes
-    in what the learner saw when, so claims about it need several seeds.
+    in what the learner saw when, so claims about it need several seeds. `gate_samples`: the
+    measured samples a new checkpoint is scored on (`LearnedFeedforward`; 0: no gate).
     """
     urdf = resource('urdf/panda.urdf')
     sim = MujocoArm(MujocoArmConfig())
@@ -53,7 +56,8 @@ def closed_loop(mode: str, seconds: float, change_s: float, payload_kg: float,
     n = sim.n_dof
     rigid_body = RigidBodyFeedforward(urdf)
     learned = LearnedFeedforward(folder, names, fallback=rigid_body,
-                                 differentiator=CausalDifferentiator(n, window=21))
+                                 differentiator=CausalDifferentiator(n, window=21),
+                                 gate_samples=gate_samples)
     feedforward = {'none': no_feedforward, 'urdf': rigid_body, 'learned': learned}[mode]
     lower, upper = sim.model.jnt_range.T
     controller = ArmController(ArmControllerConfig(), feedforward, lower, upper,

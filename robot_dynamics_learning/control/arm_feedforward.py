@@ -39,9 +39,9 @@ from robot_dynamics_learning.sim.trajectories import JointReference, ReferenceCo
 import torch
 
 FEEDFORWARD_MODES = ('none', 'urdf', 'learned')
-# Checkpoint gate: the measured samples a new checkpoint is scored on (3 s at 1 kHz), scored
+# Checkpoint gate: the measured samples a new checkpoint is scored on (1.5 s at 1 kHz), scored
 # in windows of GATE_WINDOW steps whose first GATE_WARMUP only warm the recurrent state up.
-GATE_SAMPLES = 3000
+GATE_SAMPLES = 1500
 GATE_WINDOW = 200
 GATE_WARMUP = 20
 
@@ -161,7 +161,8 @@ class LearnedFeedforward(Feedforward):
     (the hybrid's payload estimate also absorbs friction in phase with the reference): in
     closed loop on MuJoCo such snapshots raised the tracking error to 3-7 mrad for a second
     at a time, against 2.4 for the URDF model. Until `gate_samples` // 2 samples were
-    observed (or when `observe` is never called) every newer checkpoint is used.
+    observed (or when `observe` is never called, or with `gate_samples` 0) every newer
+    checkpoint is used.
     """
 
     def __init__(self, folder: Path, joint_names: Sequence[str], fallback: Feedforward,
@@ -214,8 +215,8 @@ class LearnedFeedforward(Feedforward):
         current = self._source()
         with self._lock:
             measured = np.array(self._measured)
-        if current is not None and measured.shape[0] >= max(self._measured.maxlen // 2,
-                                                            GATE_WINDOW):
+        if (current is not None and self._measured.maxlen
+                and measured.shape[0] >= max(self._measured.maxlen // 2, GATE_WINDOW)):
             new_error, old_error = (_gate_error(m, measured, len(self.joint_names))
                                     for m in (model, current.model))
             if not new_error <= old_error:
