@@ -30,7 +30,8 @@ import numpy as np
 from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
-from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
+from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, Published,
+                                                        StreamingPredictor)
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.hybrid import FastRegressor
 from robot_dynamics_learning.params import check_ranges, setting
@@ -172,14 +173,14 @@ class LearnedFeedforward(Feedforward):
         self.joint_names = list(joint_names)
         self.fallback = fallback
         self._differentiator = differentiator
-        self._measured_differentiator = copy.deepcopy(differentiator)
+        # The measured samples formed as the learner forms them (its own stream class).
+        self._stream = InverseDynamicsStream(len(joint_names), copy.deepcopy(differentiator))
         self._history_size = history_size
         self._lock = threading.Lock()
         self._published: Optional[Published] = None
         self._predictor: Optional[StreamingPredictor] = None
         self._previous = np.zeros(len(joint_names))
         self._measured = collections.deque(maxlen=gate_samples)
-        self._measured_previous: Optional[np.ndarray] = None
         self.path: Optional[Path] = None
         self.loads = 0
         self.load_errors = 0
@@ -188,11 +189,10 @@ class LearnedFeedforward(Feedforward):
 
     def observe(self, t: float, q: np.ndarray, qd: np.ndarray, tau: np.ndarray) -> None:
         """Record one measured sample (s, rad, rad/s, N m) for the checkpoint gate."""
-        acceleration = self._measured_differentiator.update(t, qd)
-        previous, self._measured_previous = self._measured_previous, np.asarray(tau, float)
-        if acceleration is None or previous is None:
+        sample = self._stream.sample(t, q, qd, np.asarray(tau, float))
+        if sample is None:
             return
-        row = np.concatenate([q, qd, acceleration, previous, tau])
+        row = np.concatenate(sample)
         if np.all(np.isfinite(row)):
             with self._lock:
                 self._measured.append(row)
