@@ -37,7 +37,8 @@ from robot_dynamics_learning.data.windows import (forward_dynamics_windows,
 from robot_dynamics_learning.learning.evaluation import inverse_report, score_inverse
 from robot_dynamics_learning.learning.metrics import (calibration, multi_step_batch,
                                                       multi_step_rmse, predict_with_variance)
-from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
+from robot_dynamics_learning.learning.training import (holdout_windows, split_windows,
+                                                       train_model, TrainConfig)
 from robot_dynamics_learning.models.registry import build_model
 import torch
 from tqdm import tqdm
@@ -58,7 +59,7 @@ BLOCK = 500  # samples per block of the 'blocks' split
 GP_MAX_SAMPLES = 3000  # exact GP up to here (O(N^3)); the tables' GP subsamples to 3000
 CONTROL_DECIMATION = 10  # 1 kHz -> 100 Hz: the period of a typical torque controller's model
 OWN_FEEDBACK_S = 1.0  # ac-RKN fed its own outputs over windows of this length
-VAL_EVERY = 5  # with many training recordings, every 5th validates (early stopping, variance)
+VAL_EVERY = 5  # every 5th training recording or block validates (early stopping, variance)
 
 KINOVA_URDF = 'urdf/kinova_gen3.urdf'
 IDENTIFIED = {'urdf': KINOVA_URDF, 'learn_inertia': True, 'learn_damping': True,
@@ -82,6 +83,7 @@ KINOVA_MODELS = {
     'hybrid (URDF + trusted LSTM residual)': ('hybrid', {'urdf': KINOVA_URDF, 'hidden_size': 32},
                                               {'learning_rate': 3e-3, 'max_epochs': 60}),
 }
+PHYSICS_CHANGE = 'previous value + URDF change (q, qd)'
 # The variant that beats the previous value on the change at a controller's period: the
 # paper's model trained on its action loss alone (lambda = 0; the paper uses 0.158), longer
 # patience. Measured (Kinova blocks at 10 ms, seeds 0-2): change nMSE 0.68-0.75 vs 0.805 with
@@ -96,9 +98,12 @@ CONTROL_VARIANTS = {
     # blind, moves each prediction half way to an absolute decoder's (models/rkn.py).
     'ac-RKN inverse, anchored': ('ac_rkn_inverse', {'latent_obs_dim': 15, 'anchor_rate': 0.5},
                                  {'learning_rate': 3e-3, 'max_epochs': 40}),
+    # The stronger baseline, untrained: tau(t-1) plus the URDF's change without inertia
+    # (models/baselines.py). Kinova only: the Schunk data come without a URDF here.
+    PHYSICS_CHANGE: ('previous_value', {'urdf': KINOVA_URDF}, {}),
 }
 CONTROL_MODELS = ('ac-RKN inverse', 'ac-RKN inverse, action loss only',
-                  'ac-RKN inverse, anchored', 'previous value')
+                  'ac-RKN inverse, anchored', PHYSICS_CHANGE, 'previous value')
 # 'mixed' (also in `kinova_splits`) extrapolates like 'validation files': left out of the
 # full run to keep it within about 100 core-minutes.
 KINOVA_SPLITS = ('validation files', 'blocks')
@@ -215,18 +220,15 @@ def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quic
     if model_type == 'gp' and gp_sees_all:
         # A sample-size curve, or few recordings: every sample (the variance stays unscaled).
         train, val = inverse_dynamics_windows(train_trajs, 1), None
-    elif len(train_trajs) >= 2 * VAL_EVERY:
-        # Many recordings (blocks, runs): every VAL_EVERY-th validates, whole, so validation
-        # windows neither overlap training windows nor come from one motion at the end. The
-        # GP fits on one-step windows and scales its variance on the held recordings.
-        fit = [t for i, t in enumerate(train_trajs) if i % VAL_EVERY != VAL_EVERY - 1]
-        held = [t for i, t in enumerate(train_trajs) if i % VAL_EVERY == VAL_EVERY - 1]
-        length, step = (1, 1) if model_type == 'gp' else (WINDOW, stride)
-        train = inverse_dynamics_windows(fit, length, step)
-        val = inverse_dynamics_windows(held, length, step)
     else:
-        windows = inverse_dynamics_windows(train_trajs, WINDOW, stride)
-        train, val = split_windows(windows, 0.2)
+        # Every VAL_EVERY-th recording validates, whole, so validation windows neither overlap
+        # training windows nor come from one motion at the end; with few recordings, every
+        # VAL_EVERY-th block of a few windows (`split_validation`). The GP fits on one-step
+        # windows and scales its variance on the held recordings.
+        length, step = (1, 1) if model_type == 'gp' else (WINDOW, stride)
+        train, val = holdout_windows(
+            train_trajs, lambda pieces: inverse_dynamics_windows(pieces, length, step), WINDOW,
+            1.0 / VAL_EVERY)
     if model_type == 'gp':
         config = {**config, 'seed': seed,
                   **({'hyper_iterations': 5, 'max_train': 500} if quick else {})}
@@ -370,7 +372,8 @@ def cells(parts: Sequence[str], quick: bool) -> List[Cell]:
     if 'control' in parts:
         splits = ('blocks', 'schunk') if quick else ('validation files', 'blocks', 'schunk')
         out += [{'part': 'control', 'group': split, 'model': name, 'seed': seed}
-                for split in splits for name in CONTROL_MODELS for seed in seeds]
+                for split in splits for name in CONTROL_MODELS for seed in seeds
+                if not (split == 'schunk' and name == PHYSICS_CHANGE)]
     for part, robot in (('curve', 'kinova'), ('schunk_curve', 'schunk')):
         if part in parts:
             sizes = curve_data(robot)[2][:2] if quick else curve_data(robot)[2]

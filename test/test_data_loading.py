@@ -8,8 +8,10 @@ from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.loading import (load_trajectory, parse_columns, read_table,
                                                   trajectory_from_arrays)
 from robot_dynamics_learning.data.splits import (first_samples, parse_split, split_blocks,
-                                                 split_files, split_time)
+                                                 split_files, split_time, split_validation)
 from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.data.windows import inverse_dynamics_windows
+from robot_dynamics_learning.learning.training import holdout_windows
 
 KINOVA_COLUMNS = ['q=Position[0-9]', 'qd=Velocity[0-9]', 'tau=Torque[0-9]']
 
@@ -105,6 +107,45 @@ def test_parse_split_reads_the_cli_forms():
         with pytest.raises(ValueError, match='bad split'):
             parse_split(bad)
     assert sum(len(t) - 1 for t in first_samples(recordings, 1500)) == 1500
+
+
+def _ramp(rows: int, source: str = 'run.csv') -> Trajectory:
+    time = np.arange(rows) * 0.01
+    return Trajectory(time=time, q=time[:, None], qd=np.ones((rows, 1)), qdd=np.zeros((rows, 1)),
+                      tau=time[:, None], source=source)
+
+
+def test_validation_blocks_are_spread_over_a_single_recording():
+    recording = _ramp(4000)
+    fit, held = split_validation([recording], window=50, val_fraction=0.2)
+    assert _rows(fit).isdisjoint(_rows(held))
+    assert len(_rows(fit)) + len(_rows(held)) == 4000   # nothing lost at the joins
+    assert len(held) == 4 and all(len(block) == 200 for block in held)
+    starts = sorted(float(block.time[0]) for block in held)
+    assert starts[0] < 10.0 and starts[-1] > 30.0   # spread, not the last fifth
+    assert len(fit) == 4 and min(len(piece) for piece in fit) >= 52
+    # little data: smaller blocks, still at least two, never shorter than a window
+    fit, held = split_validation([_ramp(1000)], window=50)
+    assert len(held) == 2 and all(len(block) == 100 for block in held)
+
+
+def test_many_recordings_validate_whole_and_short_data_falls_back():
+    runs = [_ramp(300, f'run{i}.csv') for i in range(10)]
+    fit, held = split_validation(runs, window=50)
+    assert [t.source for t in held] == ['run4.csv', 'run9.csv'] and len(fit) == 8
+    with pytest.raises(ValueError, match='val_fraction'):
+        split_validation(runs, window=50, val_fraction=0.0)
+    short = [_ramp(120)]   # one block of 52 rows at most: no block can validate
+
+    def windows(pieces):
+        return inverse_dynamics_windows(pieces, 50, 10)
+
+    assert split_validation(short, window=50)[1] == []
+    train, val = holdout_windows(short, windows, 50)
+    assert train.observations.shape[0] >= 1 and val.observations.shape[0] >= 1
+    assert float(val.targets[0, 0, 0]) > float(train.targets[-1, 0, 0])   # the last windows
+    train, val = holdout_windows([_ramp(4000)], windows, 50)
+    assert val.observations.shape[0] == 4 * 15   # 4 held blocks: 199 samples, stride 10
 
 
 def test_rdl_train_on_csv_files_reports_the_baseline_and_coverage(tmp_path, capsys):

@@ -28,25 +28,27 @@ SMALL = {
     'gp': {'hyper_iterations': 3, 'hyper_subset': 50},
     'previous_value': {},
     'previous_value_forward': {'kind': 'forward'},
+    'previous_value_urdf': {'urdf': 'urdf/planar_2link.urdf'},
     'rigid_body': {'urdf': 'urdf/planar_2link.urdf', 'learn_inertia': True},
     'hybrid': {'urdf': 'urdf/planar_2link.urdf', 'hidden_size': 8, 'learn_friction': True},
 }
 # Car models (models/car_*.py) have their own tests and fixed state sizes.
 CASES = sorted(SMALL)
+# Cases that are a model type in another configuration.
+MODEL_TYPE_OF = {'ffnn_forward': 'ffnn', 'previous_value_forward': 'previous_value',
+                 'previous_value_urdf': 'previous_value'}
 
 
 def test_every_registered_arm_model_is_covered():
     arm_types = {t for t in MODEL_TYPES if not t.startswith('car_')}
-    assert arm_types == {c.replace('_forward', '') if c in ('ffnn_forward',
-                                                            'previous_value_forward') else c
-                         for c in CASES}
+    assert arm_types == {MODEL_TYPE_OF.get(c, c) for c in CASES}
 
 
 def _model_and_batch(case: str, seed: int = 0):
     torch.manual_seed(seed)
-    model_type = case.replace('_forward', '') if case in ('ffnn_forward',
-                                                          'previous_value_forward') else case
-    model = build_model(model_type, SMALL[case], 3 * D, D, D) if case in (
+    model_type = MODEL_TYPE_OF.get(case, case)
+    model = build_model(model_type, SMALL[case], 3 * D, D, D) if SMALL[case].get(
+        'kind') != 'forward' and model_type in (
         'lstm', 'ac_rkn_inverse', 'ffnn', 'gp', 'previous_value', 'rigid_body', 'hybrid') else \
         build_model(model_type, SMALL[case], 3, 2, 3)
     b, t = 3, 7

@@ -1,6 +1,7 @@
 """Rigid-body and hybrid (rigid body + learned residual) inverse models on synthetic data."""
 import numpy as np
 import pytest
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import inverse_dynamics_windows
 from robot_dynamics_learning.dynamics import load_urdf, rnea
@@ -51,3 +52,27 @@ def test_urdf_with_other_joints_is_refused():
         build_model('rigid_body', {'urdf': URDF}, 21, 7, 7)
     with pytest.raises(ValueError, match='existing URDF'):
         build_model('hybrid', {'urdf': 'urdf/missing.urdf'}, 6, 2, 2)
+
+
+def test_previous_value_with_a_urdf_adds_the_rigid_body_change_without_inertia():
+    torch.manual_seed(0)
+    urdf = {'urdf': URDF}
+    rigid = build_model('rigid_body', urdf, 6, 2, 2)
+    model = build_model('previous_value', urdf, 6, 2, 2)
+    observations, actions = torch.randn(2, 20, 6), torch.randn(2, 20, 2)
+    batch = SequenceBatch(observations, actions, torch.zeros(2, 20, 2))
+    still = observations.clone()
+    still[..., 4:] = 0.0   # qdd = 0: gravity, Coriolis and centrifugal terms only
+    term = rigid(batch._replace(observations=still)).mean
+    expected = actions + torch.diff(term, dim=1, prepend=term[:, :1])
+    torch.testing.assert_close(model(batch).mean, expected)
+    assert bool((model(batch).mean != actions)[:, 1:].all())   # the change is added
+    noisy = observations.clone()
+    noisy[..., 4:] += 100.0   # the measured qdd is left out
+    torch.testing.assert_close(model(batch._replace(observations=noisy)).mean, expected)
+    assert model.joint_names == rigid.joint_names
+    assert build_model('previous_value', {}, 6, 2, 2).joint_names is None
+    with pytest.raises(ValueError, match="kind 'inverse'"):
+        build_model('previous_value', {**urdf, 'kind': 'forward'}, 3, 2, 3)
+    with pytest.raises(ValueError, match='existing URDF'):
+        build_model('previous_value', {'urdf': 'urdf/none.urdf'}, 6, 2, 2)

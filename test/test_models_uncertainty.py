@@ -235,12 +235,13 @@ def test_the_urdf_model_publishes_its_held_out_error_per_joint():
     torch.testing.assert_close(model.step(None, observations[:, 3]).variance, variance[:, 3])
 
 
-def test_ac_rkn_inverse_variance_rises_out_of_range_to_the_hold_error():
-    """Far outside q's range the std is at least that of repeating tau(t-1), not its own."""
+def test_ac_rkn_inverse_variance_rises_out_of_range_to_the_spread_of_the_change():
+    """Far outside q's range the std is at least the training spread of tau(t) - tau(t-1)."""
     model = _fit('ac_rkn_inverse', {'latent_obs_dim': 4, 'num_basis': 4})
     _, var, _ = _predict(model, _recording(seed=1))
     _, var_far, _ = _predict(model, _recording(offset=2.5, seed=1))
     hold = float(model.hold_error.variance)
+    assert hold == pytest.approx(float(model.act_diff_norm.std) ** 2)
     assert hold > 0.0 and float(model.variance_scale.factor) != 1.0
     assert var_far.max() >= hold * (1 - 1e-5) > var.max()
     assert var_far.mean() > 1.4 * var.mean()

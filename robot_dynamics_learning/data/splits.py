@@ -5,6 +5,7 @@ Train/test splits of recordings that never share a sample between the two sides.
 - blocks: recordings cut into blocks of `size` samples, every k-th block tests (tests inside
   the training ranges; blocks do not overlap, so no row is on both sides);
 - files: named recordings test, the others train.
+`split_validation` holds out validation data from the training side the same way.
 `parse_split` reads the CLI form: 'time:0.8', 'blocks:500:4', 'files:test*.csv,other.csv'.
 """
 import fnmatch
@@ -17,6 +18,10 @@ from robot_dynamics_learning.data.trajectory import Trajectory
 Split = Tuple[List[Trajectory], List[Trajectory]]
 # Shortest piece kept: a block needs two rows to give one (input, target) sample.
 MIN_ROWS = 2
+# A validation block of `split_validation` spans this many training windows, and at least
+# this many samples (one-step models: held samples must not sit between fitted neighbours).
+VALIDATION_BLOCK_WINDOWS = 4
+VALIDATION_BLOCK_MIN_ROWS = 200
 
 
 def split_time(trajectories: Sequence[Trajectory], train_fraction: float) -> Split:
@@ -94,6 +99,43 @@ def parse_split(spec: str) -> Callable[[Sequence[Trajectory]], Split]:
         raise ValueError(f'bad split {spec!r}: {error}') from None
     raise ValueError(f"bad split {spec!r}: use 'time:0.8', 'blocks:500:4' or "
                      "'files:PATTERN[,PATTERN]'")
+
+
+def split_validation(trajectories: Sequence[Trajectory], window: int,
+                     val_fraction: float = 0.2) -> Split:
+    """
+    Return (fit, validation) recordings: every k-th one validates, k = round(1 / val_fraction).
+
+    With fewer than 2 k recordings they are cut into blocks of `VALIDATION_BLOCK_WINDOWS`
+    windows and at least `VALIDATION_BLOCK_MIN_ROWS` samples (fewer where that leaves under
+    2 k blocks, never under one window) and every k-th block validates; the blocks between two of those stay one piece
+    for fitting (no window lost at their joins). Why: the last share of
+    a recording is one motion, not a sample of all of them. Early stopping on it stopped too
+    soon (sample-size curves, LSTM, 3 seeds: Kinova at 3000 samples nMSE 1.69 with the last
+    20 % of the windows validating vs 1.03 with every fifth block, Schunk 0.54 vs 0.34;
+    docs/results.md). The validation side is empty when the recordings hold fewer than k
+    blocks (callers then fall back, e.g. to `learning.training.split_windows`).
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f'val_fraction must be in (0, 1), got {val_fraction}')
+    every = max(2, int(round(1.0 / val_fraction)))
+    if len(trajectories) >= 2 * every:
+        return ([t for i, t in enumerate(trajectories) if i % every != every - 1],
+                [t for i, t in enumerate(trajectories) if i % every == every - 1])
+    rows = sum(len(t) for t in trajectories)   # small data: smaller blocks, >= 2 validate
+    block = max(VALIDATION_BLOCK_WINDOWS * window, VALIDATION_BLOCK_MIN_ROWS)
+    size = max(window + 2, min(block, rows // (2 * every)))
+    fit, held, count = [], [], 0
+    for trajectory in trajectories:
+        start = 0   # of the fitting run: the blocks between two held ones stay one piece
+        for block in range(0, len(trajectory) - size + 1, size):
+            if count % every == every - 1:
+                fit.append(trajectory.segment(start, block))
+                held.append(trajectory.segment(block, block + size))
+                start = block + size
+            count += 1
+        fit.append(trajectory.segment(start, len(trajectory)))
+    return [t for t in fit if len(t) >= window + 2], held
 
 
 def first_samples(trajectories: Sequence[Trajectory], n: int) -> List[Trajectory]:

@@ -208,9 +208,12 @@ def _check_shapes(payload: Dict[str, Any], source: str) -> None:
     The model is built on the meta device, so a config declaring absurd sizes is refused
     here instead of allocating them; names must match (buffers of a `DefaultedBuffers` module
     may be absent: files from before it), and parameter shapes. URDF models
-    are skipped (`URDF_MODEL_TYPES`): `load_state_dict` compares theirs after the build.
+    are skipped (`URDF_MODEL_TYPES`, or a config naming a URDF): `load_state_dict` compares
+    theirs after the build.
     """
-    if payload['model_type'] in URDF_MODEL_TYPES:
+    config = payload['config']
+    if payload['model_type'] in URDF_MODEL_TYPES or (isinstance(config, dict)
+                                                     and config.get('urdf')):
         return
     dims = payload['dims']
     try:

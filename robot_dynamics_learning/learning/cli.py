@@ -25,7 +25,7 @@ from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
 from robot_dynamics_learning.learning.evaluation import format_report, inverse_report
 from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_step_rmse
-from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
+from robot_dynamics_learning.learning.training import holdout_windows, train_model, TrainConfig
 from robot_dynamics_learning.models.registry import build_model, model_builder
 from robot_dynamics_learning.signals.offline import savgol_derivative
 import torch
@@ -68,7 +68,7 @@ def load_config(path: Path) -> Dict[str, Any]:
         raise ValueError(f"{path}: data.problem must be 'inverse' or 'forward'")
     checks = {'window': lambda v: type(v) is int and 1 <= v <= 100_000,
               'stride': lambda v: v is None or (type(v) is int and 1 <= v <= 100_000),
-              'val_fraction': lambda v: isinstance(v, (int, float)) and 0.0 <= v < 1.0,
+              'val_fraction': lambda v: isinstance(v, (int, float)) and 0.0 < v < 1.0,
               'acc_window_s': lambda v: isinstance(v, (int, float)) and 0.0 < v <= 60.0}
     for key, valid in checks.items():
         if key in data and not valid(data[key]):
@@ -157,9 +157,10 @@ def run_train(args: argparse.Namespace) -> int:
     torch.manual_seed(train_config.seed)
     trajectories, test = load_data(args.data, data_config, args.split, args.columns, args.dt)
     make = inverse_dynamics_windows if problem == 'inverse' else forward_dynamics_windows
-    windows = make(trajectories, int(data_config.get('window', 50)),
-                   data_config.get('stride'))
-    train, val = split_windows(windows, float(data_config.get('val_fraction', 0.2)))
+    window = int(data_config.get('window', 50))
+    train, val = holdout_windows(
+        trajectories, lambda pieces: make(pieces, window, data_config.get('stride')), window,
+        float(data_config.get('val_fraction', 0.2)))
     model = build_model(config['model_type'], config.get('model', {}),
                         *_problem_widths(problem, trajectories))
     result = train_model(model, train, val, train_config)

@@ -11,9 +11,11 @@ import copy
 import dataclasses
 import math
 import time
-from typing import Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.core_types import SequenceBatch
+from robot_dynamics_learning.data.splits import split_validation
+from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.common import ModelConfig
 import torch
@@ -96,6 +98,24 @@ def split_windows(batch: SequenceBatch, val_fraction: float) -> tuple:
         raise ValueError(f'{n} windows are too few to split off a validation set')
     index = torch.arange(n)
     return select(batch, index[:n - n_val]), select(batch, index[n - n_val:])
+
+
+def holdout_windows(trajectories: Sequence[Trajectory],
+                    make_windows: Callable[[Sequence[Trajectory]], SequenceBatch], window: int,
+                    val_fraction: float = 0.2) -> Tuple[SequenceBatch, SequenceBatch]:
+    """
+    Return (train, validation) windows of the recordings split by `split_validation`.
+
+    `make_windows` turns recordings into windows; `window` sizes the held-out blocks. Where
+    the recordings are too short to hold out a block, the last `val_fraction` of the windows
+    validates (`split_windows`).
+    """
+    fit, held = split_validation(trajectories, window, val_fraction)
+    if held and fit:
+        train, val = make_windows(fit), make_windows(held)
+        if train.observations.shape[0] and val.observations.shape[0]:
+            return train, val
+    return split_windows(make_windows(trajectories), val_fraction)
 
 
 def drop_observations(batch: SequenceBatch, share: float,

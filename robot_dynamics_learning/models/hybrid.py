@@ -96,7 +96,9 @@ class HybridConfig(RigidBodyConfig):
             raise ValueError(f'HybridConfig.num_layers must be 1 or 2, got {self.num_layers}')
 
 
-def _rigid_body(config: RigidBodyConfig, n_obs: int, n_target: int) -> LearnableRigidBody:
+def rigid_body_from_urdf(config: RigidBodyConfig, n_obs: int, n_target: int
+                         ) -> LearnableRigidBody:
+    """Build the URDF's rigid body; its joints must be the data's (n_obs = 3 d, n_target = d)."""
     robot = load_urdf(config.path())
     if n_target != robot.n_dof or n_obs != 3 * robot.n_dof:
         raise ValueError(f'{config.urdf} has {robot.n_dof} joints {list(robot.joint_names)}: '
@@ -327,7 +329,7 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
         super().__init__()
         self.config = config
         self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
-        self.body = _rigid_body(config, n_obs, n_target)
+        self.body = rigid_body_from_urdf(config, n_obs, n_target)
         self.joint_names = tuple(self.body.model.joint_names)
         self.target_norm = Normalizer(n_target)
         self.error = ErrorVariance(n_target)
@@ -389,7 +391,7 @@ class HybridInverse(DynamicsModel):
         super().__init__()
         self.config = config
         self.n_obs, self.n_act, self.n_target = n_obs, n_act, n_target
-        self.body = _rigid_body(config, n_obs, n_target)
+        self.body = rigid_body_from_urdf(config, n_obs, n_target)
         self.joint_names = tuple(self.body.model.joint_names)
         self.input_norm = Normalizer(n_obs)
         self.residual_norm = Normalizer(n_target)

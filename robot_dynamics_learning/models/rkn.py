@@ -18,7 +18,6 @@ from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, Sequ
 from robot_dynamics_learning.models.common import (check_batch, check_step_input, ErrorVariance,
                                                    InputSupport, mlp, ModelConfig, Normalizer,
                                                    OutputScale, rmse, SUPPORT_LENGTH)
-from robot_dynamics_learning.models.coverage import coverage_variance
 from robot_dynamics_learning.models.feedback import (FeedbackForwardModel, last_observed,
                                                      steps_since_observed, valid_mask)
 from robot_dynamics_learning.models.rkn_cell import Belief, elup1, RKNCell
@@ -285,8 +284,8 @@ class AcRKNInverse(DynamicsModel):
         if config.anchor_rate > 0:
             self.absolute_decoder = mlp(3 * d, config.decoder_hidden, d)
         self.variance_scale = OutputScale(d)
-        # Out of the training range of q and qd the variance rises to at least the error of
-        # repeating tau_{t-1} (0 until calibrated: no rise).
+        # Out of the training range of q and qd the variance rises to at least the training
+        # variance of the torque change (0 until calibrated: no rise).
         self.support = InputSupport(n_obs, d, range(2 * d), SUPPORT_LENGTH)
         self.hold_error = ErrorVariance(d, initial=0.0)
 
@@ -305,9 +304,9 @@ class AcRKNInverse(DynamicsModel):
         """
         Scale the decoded variance; raise it where q or qd leave the training range.
 
-        Trust w (1 inside, `InputSupport`) blends it with the larger of it and the held-out
-        error of repeating tau_{t-1}: where the model has seen no data it cannot honestly
-        claim to know the change better than "no change".
+        Trust w (1 inside, `InputSupport`) blends it with the larger of it and the training
+        variance of the torque change (the error of repeating tau_{t-1}): where the model has
+        seen no data it cannot honestly claim to know the change better than "no change".
         """
         variance = self.variance_scale.apply(variance)
         return self.support.rise(variance, self.hold_error.like(variance),
@@ -353,12 +352,16 @@ class AcRKNInverse(DynamicsModel):
         """
         Scale the decoded variance to cover held-out errors (`OutputScale`).
 
-        Also measure the held-out error of repeating tau_{t-1}: the variance's floor out of
-        the training range.
+        Then set the variance's floor out of the training range: the variance of the torque
+        change tau_t - tau_{t-1} over the training windows (`act_diff_norm`). Why not that
+        change's error on the held-out windows: they may hold little of the motion. On the
+        Kinova validation files at 10 ms, held blocks where joint 1 hardly moved set its floor
+        at 4e-7 N^2 m^2, 10^4 below its change on the test files, and 11 % of the errors were
+        within 1 std; with this floor 62 % (seed 0).
         """
         self.hold_error.variance.zero_()   # no rise while the own variance is measured
         self.variance_scale.fit_to(self, val)
-        self.hold_error.store(coverage_variance((val.targets - val.actions).pow(2)))
+        self.hold_error.store(self.act_diff_norm.std.pow(2))
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """
