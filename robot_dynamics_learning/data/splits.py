@@ -108,13 +108,14 @@ def split_validation(trajectories: Sequence[Trajectory], window: int,
 
     With fewer than 2 k recordings they are cut into blocks of `VALIDATION_BLOCK_WINDOWS`
     windows and at least `VALIDATION_BLOCK_MIN_ROWS` samples (fewer where that leaves under
-    2 k blocks, never under one window) and every k-th block validates; the blocks between two of those stay one piece
-    for fitting (no window lost at their joins). Why: the last share of
-    a recording is one motion, not a sample of all of them. Early stopping on it stopped too
-    soon (sample-size curves, LSTM, 3 seeds: Kinova at 3000 samples nMSE 1.69 with the last
-    20 % of the windows validating vs 1.03 with every fifth block, Schunk 0.54 vs 0.34;
-    docs/results.md). The validation side is empty when the recordings hold fewer than k
-    blocks (callers then fall back, e.g. to `learning.training.split_windows`).
+    2 k blocks, never under one window) and every k-th block validates; the blocks between
+    two of those stay one piece for fitting (no window lost at their joins). Why: the last
+    share of a recording is one motion, not a sample of all of them. Early stopping on it
+    stopped too soon (LSTM sample-size curves, 3 seeds, docs/results.md: Kinova nMSE 1.69 at
+    3000 samples and 3.69 at 1000 with the last 20 % of the windows validating, 1.07 and 2.95
+    with every fifth block; Schunk at 1000 samples 0.45 and 0.39). The validation side is
+    empty when the recordings hold fewer than k blocks (callers then fall back, e.g. to
+    `learning.training.split_windows`).
     """
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f'val_fraction must be in (0, 1), got {val_fraction}')
