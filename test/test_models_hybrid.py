@@ -1,4 +1,6 @@
 """Rigid-body and hybrid (rigid body + learned residual) inverse models on synthetic data."""
+import copy
+
 import numpy as np
 import pytest
 from robot_dynamics_learning.core_types import SequenceBatch
@@ -71,7 +73,11 @@ def test_previous_value_with_a_urdf_adds_the_rigid_body_change_without_inertia()
     noisy[..., 4:] += 100.0   # the measured qdd is left out
     torch.testing.assert_close(model(batch._replace(observations=noisy)).mean, expected)
     assert model.joint_names == rigid.joint_names
-    assert build_model('previous_value', {}, 6, 2, 2).joint_names is None
+    twin = copy.deepcopy(model)   # a continual learner's snapshot: the URDF model is shared
+    assert twin.body.model is model.body.model and twin.body is not model.body
+    torch.testing.assert_close(twin(batch).mean, expected)
+    plain = copy.deepcopy(build_model('previous_value', {}, 6, 2, 2))
+    assert plain.joint_names is None and plain.body is None
     with pytest.raises(ValueError, match="kind 'inverse'"):
         build_model('previous_value', {**urdf, 'kind': 'forward'}, 3, 2, 3)
     with pytest.raises(ValueError, match='existing URDF'):

@@ -129,11 +129,11 @@ def split_validation(trajectories: Sequence[Trajectory], window: int,
     fit, held, count = [], [], 0
     for trajectory in trajectories:
         start = 0   # of the fitting run: the blocks between two held ones stay one piece
-        for block in range(0, len(trajectory) - size + 1, size):
+        for begin in range(0, len(trajectory) - size + 1, size):
             if count % every == every - 1:
-                fit.append(trajectory.segment(start, block))
-                held.append(trajectory.segment(block, block + size))
-                start = block + size
+                fit.append(trajectory.segment(start, begin))
+                held.append(trajectory.segment(begin, begin + size))
+                start = begin + size
             count += 1
         fit.append(trajectory.segment(start, len(trajectory)))
     return [t for t in fit if len(t) >= window + 2], held

@@ -5,13 +5,12 @@ The "repeat the previous value" baseline (seed 004 Fig. 4c dashed line).
   with a URDF, plus the change of the rigid-body torque without its inertial term,
   tau^_t = tau_{t-1} + p(q_t, qd_t) - p(q_{t-1}, qd_{t-1}), p = RNEA(q, qd, 0) (gravity,
   Coriolis, centrifugal). Why: a model fed tau_{t-1} is judged on the change, and this needs
-  no training. At a 10 ms control period on the Kinova it scores 0.51 (inside the training
-  ranges) and 0.88 (the validation files) of the previous value's change nMSE; with the
-  inertial term M(q) qdd it scores 143 and 76: qdd differentiated from measured velocities is
+  no training. At a 10 ms control period on the Kinova its change nMSE is 0.51 inside the
+  training ranges and 0.88 on the validation files (0.45x and 0.87x the previous value's);
+  with the inertial term M(q) qdd 143 and 76: qdd differentiated from measured velocities is
   noise at this scale (docs/results.md section 2).
 - kind 'forward': o^_{t+k} = the last measured observation for every horizon k.
 """
-import copy
 import dataclasses
 from typing import Optional, Tuple
 
@@ -19,7 +18,8 @@ from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, Sequ
                                                  StepOutput)
 from robot_dynamics_learning.models.common import check_batch, check_step_input, ModelConfig
 from robot_dynamics_learning.models.feedback import FeedbackForwardModel
-from robot_dynamics_learning.models.hybrid import rigid_body_from_urdf, RigidBodyConfig
+from robot_dynamics_learning.models.hybrid import (rigid_body_from_urdf, RigidBodyConfig,
+                                                   SharesURDFModel)
 import torch
 
 
@@ -43,7 +43,7 @@ class PreviousValueConfig(ModelConfig):
             RigidBodyConfig(urdf=self.urdf)
 
 
-class PreviousValueInverse(DynamicsModel):
+class PreviousValueInverse(SharesURDFModel, DynamicsModel):
     """
     tau^_t = tau_{t-1} (+ the rigid-body change with a URDF); needs n_act == n_target.
 
@@ -68,15 +68,6 @@ class PreviousValueInverse(DynamicsModel):
         self.body = (rigid_body_from_urdf(RigidBodyConfig(urdf=config.urdf), n_obs, n_target)
                      if config.urdf else None)
         self.joint_names = None if self.body is None else tuple(self.body.model.joint_names)
-
-    def __deepcopy__(self, memo: dict) -> 'PreviousValueInverse':
-        """Copy; share the constant URDF model (it holds a lock)."""
-        if self.body is not None:
-            memo[id(self.body.model)] = self.body.model
-        clone = type(self).__new__(type(self))
-        memo[id(self)] = clone
-        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
-        return clone
 
     def _rigid_body_term(self, observations: torch.Tensor) -> torch.Tensor:
         """Return RNEA(q, qd, 0) (..., d) for x = [q, qd, qdd] (..., 3 d), in float64."""

@@ -115,6 +115,21 @@ def _rnea(body: LearnableRigidBody, x: torch.Tensor) -> torch.Tensor:
     return body.rnea(q, qd, qdd).to(x.dtype)
 
 
+class SharesURDFModel:
+    """Deep copies (a continual learner's snapshots) share the constant URDF model `body.model`."""
+
+    body: Optional[LearnableRigidBody]
+
+    def __deepcopy__(self, memo: dict) -> 'SharesURDFModel':
+        """Copy parameters and state; share the URDF model (it holds a lock, and is constant)."""
+        if self.body is not None:
+            memo[id(self.body.model)] = self.body.model
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
+
+
 # pinocchio orders a body's inertia entries (xx, xy, yy, xz, yz, zz); the package's phi
 # (dynamics.algorithms.inertial_regressor) uses (xx, xy, xz, yy, yz, zz).
 _OURS_FROM_PINOCCHIO = (0, 1, 2, 3, 4, 5, 7, 6, 8, 9)
@@ -312,7 +327,7 @@ class PayloadEstimator:
             return self._dphi.copy()
 
 
-class RigidBodyInverse(StatelessStep, DynamicsModel):
+class RigidBodyInverse(SharesURDFModel, StatelessStep, DynamicsModel):
     """
     tau_t = RNEA(q_t, qd_t, qdd_t) from the URDF's (optionally learnable) parameters.
 
@@ -333,14 +348,6 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
         self.joint_names = tuple(self.body.model.joint_names)
         self.target_norm = Normalizer(n_target)
         self.error = ErrorVariance(n_target)
-
-    def __deepcopy__(self, memo: dict) -> 'RigidBodyInverse':
-        """Copy parameters; share the constant URDF model (it holds a lock)."""
-        memo[id(self.body.model)] = self.body.model
-        clone = type(self).__new__(type(self))
-        memo[id(self)] = clone
-        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
-        return clone
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
         """Fit the torque statistics that scale the loss; the variance: the targets'."""
@@ -372,7 +379,7 @@ class RigidBodyInverse(StatelessStep, DynamicsModel):
         return loss, {'mse_normalized': float(loss.detach())}
 
 
-class HybridInverse(DynamicsModel):
+class HybridInverse(SharesURDFModel, DynamicsModel):
     """
     tau_t = RNEA(x_t) + Y_last(x_t) dphi + LSTM residual; the residual has its own statistics.
 
@@ -402,14 +409,6 @@ class HybridInverse(DynamicsModel):
         self.residual_only = False
         self.support = InputSupport(n_obs, n_target, range(2 * n_obs // 3), config.trust_length,
                                     margin=0.0)   # the residual: only where it has seen data
-
-    def __deepcopy__(self, memo: dict) -> 'HybridInverse':
-        """Copy weights and state; share the constant URDF model (it holds a lock)."""
-        memo[id(self.body.model)] = self.body.model
-        clone = type(self).__new__(type(self))
-        memo[id(self)] = clone
-        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
-        return clone
 
     def split_physics(self) -> PhysicsSplit:
         """
