@@ -24,8 +24,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.common import DefaultedBuffers
-from robot_dynamics_learning.models.registry import (build_model, model_builder,
-                                                     URDF_MODEL_TYPES)
+from robot_dynamics_learning.models.registry import (build_model, builds_from_urdf,
+                                                     model_builder)
 import torch
 
 FORMAT_VERSION = 3   # 3: a versioned `convention` tag replaces the English sentence of 2
@@ -207,13 +207,10 @@ def _check_shapes(payload: Dict[str, Any], source: str) -> None:
 
     The model is built on the meta device, so a config declaring absurd sizes is refused
     here instead of allocating them; names must match (buffers of a `DefaultedBuffers` module
-    may be absent: files from before it), and parameter shapes. URDF models
-    are skipped (`URDF_MODEL_TYPES`, or a config naming a URDF): `load_state_dict` compares
-    theirs after the build.
+    may be absent: files from before it), and parameter shapes. Models built from a URDF
+    are skipped (`builds_from_urdf`): `load_state_dict` compares theirs after the build.
     """
-    config = payload['config']
-    if payload['model_type'] in URDF_MODEL_TYPES or (isinstance(config, dict)
-                                                     and config.get('urdf')):
+    if builds_from_urdf(payload['model_type'], payload['config']):
         return
     dims = payload['dims']
     try:

@@ -35,9 +35,19 @@ _REGISTRY: Dict[str, Tuple[str, str]] = {
 }
 
 MODEL_TYPES = tuple(_REGISTRY)
-# Built from a URDF file into CPU constants, so not on the meta device: a checkpoint's tensor
-# shapes are compared with them after the build (their sizes are the URDF's, not the file's).
+# Always built from a URDF file (others, such as 'previous_value', only with a `urdf` key).
 URDF_MODEL_TYPES = ('rigid_body', 'hybrid')
+
+
+def builds_from_urdf(model_type: str, config: Any) -> bool:
+    """
+    Return True for a model built from a URDF file into CPU constants.
+
+    Such a model cannot be built on the meta device: a checkpoint's tensor shapes are compared
+    with it after the build (their sizes are the URDF's, not the file's).
+    """
+    return model_type in URDF_MODEL_TYPES or (isinstance(config, dict)
+                                              and bool(config.get('urdf')))
 
 
 def model_builder(model_type: str) -> Callable[..., DynamicsModel]:
