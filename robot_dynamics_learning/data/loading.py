@@ -8,17 +8,28 @@ with the package's zero-phase Savitzky-Golay differentiator (`signals.offline`).
 """
 import csv
 import fnmatch
+import logging
+import math
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+import zipfile
 
 import numpy as np
-from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.data.trajectory import check_time, Trajectory
 from robot_dynamics_learning.signals.offline import savgol_derivative
 
 FIELDS = ('time', 'q', 'qd', 'qdd', 'tau', 'observations', 'actions')
 # Differentiator window: 31 ms suits 250 Hz-1 kHz arms (Kinova 31 ms, Schunk 44 ms).
 DEFAULT_DERIVATIVE_WINDOW_S = 0.031
 ColumnSpec = Mapping[str, Union[str, Sequence[str]]]
+LOG = logging.getLogger(__name__)
+# A time step over this many median periods (lost samples, a paused logger) cuts a recording.
+GAP_PERIODS = 3.0
+# Periods spread wider than this ratio get a warning: the derivative filters assume one period.
+IRREGULAR_PERIODS = 1.5
+# Model tensors are float32: a larger value would turn into inf there, so it is skipped too.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+MIN_ROWS = 2
 
 
 def parse_columns(items: Sequence[str]) -> Dict[str, List[str]]:
@@ -45,16 +56,136 @@ def default_columns(names: Sequence[str]) -> Dict[str, List[str]]:
 
 
 def _select(table: Mapping[str, np.ndarray], patterns: Sequence[str], field: str,
-            source: str) -> np.ndarray:
-    """Stack the table's columns matching `patterns` (in table order) into (T, k)."""
+            source: str) -> Tuple[np.ndarray, List[str]]:
+    """Stack the table's columns matching `patterns` (in table order) into (T, k); their names."""
     chosen = [name for pattern in patterns for name in table
               if fnmatch.fnmatchcase(name, pattern)]
     chosen = list(dict.fromkeys(chosen))
     if not chosen:
         raise ValueError(f'{source}: no column matches {list(patterns)} for {field}; '
                          f'columns are {list(table)[:20]}')
-    parts = [np.asarray(table[name], dtype=np.float64) for name in chosen]
-    return np.concatenate([p.reshape(p.shape[0], -1) for p in parts], axis=1)
+    parts = []
+    for name in chosen:
+        array = np.asarray(table[name])
+        if array.dtype.kind not in 'biuf' or array.ndim not in (1, 2):
+            raise ValueError(f'{source}: column {name!r} for {field} must hold real numbers of '
+                             f'shape (T,) or (T, k), not {array.dtype} {array.shape}')
+        parts.append(array.astype(np.float64).reshape(array.shape[0], -1))
+    if len({p.shape[0] for p in parts}) > 1:
+        raise ValueError(f'{source}: columns {chosen} for {field} differ in length')
+    return np.concatenate(parts, axis=1), chosen
+
+
+def _pieces(time: np.ndarray, bad: np.ndarray) -> List[Tuple[int, int]]:
+    """Row ranges [a, b) without bad rows or time gaps over `GAP_PERIODS` median periods."""
+    good = np.flatnonzero(~bad)
+    if good.size < 2:
+        return [(int(i), int(i) + 1) for i in good]
+    steps = np.diff(time[good])
+    period = float(np.median(steps[np.diff(good) == 1])) if np.any(np.diff(good) == 1) else 0.0
+    cut = (np.diff(good) > 1) | (steps > GAP_PERIODS * period)
+    starts = np.concatenate([[0], np.flatnonzero(cut) + 1])
+    stops = np.concatenate([np.flatnonzero(cut) + 1, [good.size]])
+    return [(int(good[a]), int(good[b - 1]) + 1) for a, b in zip(starts, stops)]
+
+
+def trajectories_from_table(table: Mapping[str, np.ndarray],
+                            columns: Optional[ColumnSpec] = None, dt: Optional[float] = None,
+                            joint_names: Optional[Sequence[str]] = None,
+                            derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S,
+                            source: str = 'table') -> List[Trajectory]:
+    """
+    Build the contiguous pieces of a recording as `Trajectory`s from columns (T,) or (T, k).
+
+    Time comes from the 'time' column (also when `columns` names none) or, without one, from
+    `dt`. Rows with a NaN, an inf or a value beyond float32 (the models' type) are skipped and
+    counted in a warning; the recording is cut there and at time steps over `GAP_PERIODS`
+    median periods, so that no derivative, window or previous torque bridges a hole. Pieces
+    too short to differentiate are dropped (logged). Missing qd / qdd are the Savitzky-Golay
+    derivatives of q / qd over `derivative_window_s`. Raises ValueError naming the source on
+    a missing, doubly used or non-numeric column, a bad time or dt, or no usable rows.
+    """
+    if dt is not None and not (math.isfinite(dt) and dt > 0):
+        raise ValueError(f'{source}: dt must be a positive number of seconds, got {dt}')
+    if dt is not None and columns and 'time' in columns:
+        raise ValueError(f'{source}: give a time column or dt, not both')
+    spec = dict(columns) if columns else default_columns(list(table))
+    if dt is not None:   # dt overrides a time column found by name
+        spec.pop('time', None)
+    elif 'time' not in spec:   # a time column serves without dt, named or not
+        spec.update({k: v for k, v in default_columns(list(table)).items() if k == 'time'})
+    unknown = sorted(set(spec) - set(FIELDS))
+    if unknown:
+        raise ValueError(f'{source}: unknown field(s) {unknown}; fields are {list(FIELDS)}')
+    arrays, owner = {}, {}
+    for field, patterns in spec.items():
+        arrays[field], names = _select(table, [patterns] if isinstance(patterns, str)
+                                       else patterns, field, source)
+        for name in names:
+            if name in owner:
+                raise ValueError(f'{source}: column {name!r} matches both {owner[name]} and '
+                                 f'{field}; make the patterns exclusive')
+            owner[name] = field
+    if not set(arrays) - {'time'}:
+        raise ValueError(f'{source}: no data columns; name them with --columns field=pattern '
+                         f'(columns are {list(table)[:20]})')
+    lengths = {field: array.shape[0] for field, array in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f'{source}: fields differ in length: {lengths}')
+    rows = next(iter(lengths.values()))
+    if 'time' in arrays:
+        if arrays['time'].shape[1] != 1:
+            raise ValueError(f'{source}: time must be one column, {spec["time"]} matches '
+                             f'{[n for n, f in owner.items() if f == "time"]}')
+        time = arrays.pop('time')[:, 0]
+        bad_time = ~np.isfinite(time)
+    elif dt is not None:
+        time, bad_time = np.arange(rows) * float(dt), np.zeros(rows, dtype=bool)
+    else:
+        raise ValueError(f'{source}: give a time column or a positive dt')
+    bad_cells = {field: ~(np.abs(array) <= FLOAT32_MAX) for field, array in arrays.items()}
+    bad = bad_time | np.any([b.any(axis=1) for b in bad_cells.values()], axis=0)
+    if bad.any():
+        counts = {'time': int(bad_time.sum()), **{f: int(b.sum()) for f, b in bad_cells.items()}}
+        LOG.warning('%s: skipped %d of %d rows holding NaN, inf or |value| > %.3g (cells: %s); '
+                    'first at data row %d', source, int(bad.sum()), rows, FLOAT32_MAX,
+                    {f: n for f, n in counts.items() if n}, int(np.argmax(bad)))
+    check_time(time[~bad], source)
+    needs_derivative = 'q' in arrays and 'qd' not in arrays or \
+        'qdd' not in arrays and ('qd' in arrays or 'q' in arrays)
+    pieces = [(a, b) for a, b in _pieces(time, bad)
+              if b - a >= (_derivative_rows(time[a:b], derivative_window_s)
+                           if needs_derivative else MIN_ROWS)]
+    kept = sum(b - a for a, b in pieces)
+    if kept < int((~bad).sum()):
+        LOG.warning('%s: dropped %d valid rows in pieces too short to differentiate (cut at '
+                    'skipped rows or time gaps over %g periods)', source,
+                    int((~bad).sum()) - kept, GAP_PERIODS)
+    if not pieces:
+        raise ValueError(f'{source}: no usable stretch of rows ({rows} rows, {int(bad.sum())} '
+                         'skipped); a recording needs a few contiguous valid rows (more than '
+                         f'the {derivative_window_s} s derivative window where qd or qdd is '
+                         'derived)')
+    if len(pieces) > 1:
+        LOG.warning('%s: cut into %d pieces at skipped rows or time gaps over %g periods',
+                    source, len(pieces), GAP_PERIODS)
+    steps = np.concatenate([np.diff(time[a:b]) for a, b in pieces])
+    if steps.size and steps.max() > IRREGULAR_PERIODS * steps.min():
+        LOG.warning('%s: irregular sampling, periods %.3g to %.3g s; derivatives assume the '
+                    'median %.3g s', source, steps.min(), steps.max(), np.median(steps))
+    whole = len(pieces) == 1 and pieces[0] == (0, rows)
+    return [trajectory_from_arrays(time[a:b], joint_names=joint_names,
+                                   derivative_window_s=derivative_window_s,
+                                   source=source if whole else f'{source}[{a}:{b}]',
+                                   **{f: v[a:b] for f, v in arrays.items()})
+            for a, b in pieces]
+
+
+def _derivative_rows(time: np.ndarray, window_s: float) -> int:
+    """Rows the Savitzky-Golay derivative of `savgol_derivative` needs at this sample rate."""
+    if time.size < 2:
+        return MIN_ROWS
+    return max(int(round(window_s / float(np.median(np.diff(time))))) | 1, 5)
 
 
 def trajectory_from_table(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec] = None,
@@ -62,32 +193,18 @@ def trajectory_from_table(table: Mapping[str, np.ndarray], columns: Optional[Col
                           derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S,
                           source: str = 'table') -> Trajectory:
     """
-    Build a `Trajectory` from named arrays (T,) or (T, k) chosen by `columns`.
+    Return the recording as one `Trajectory` (see `trajectories_from_table`).
 
-    Time comes from the 'time' column or, without one, from `dt`. Missing qd / qdd are the
-    Savitzky-Golay derivatives of q / qd over `derivative_window_s`. Raises ValueError naming
-    the source on a missing column, a non-finite value or inconsistent lengths.
+    Raises ValueError where skipped rows or time gaps cut it into pieces: one trajectory
+    across them would differentiate and window over the holes.
     """
-    spec = dict(columns) if columns else default_columns(list(table))
-    unknown = sorted(set(spec) - set(FIELDS))
-    if unknown:
-        raise ValueError(f'{source}: unknown field(s) {unknown}; fields are {list(FIELDS)}')
-    arrays = {field: _select(table, [patterns] if isinstance(patterns, str) else patterns,
-                             field, source) for field, patterns in spec.items()}
-    for field, array in arrays.items():
-        if not np.isfinite(array).all():
-            bad = int((~np.isfinite(array)).sum())
-            raise ValueError(f'{source}: {field} holds {bad} non-finite value(s)')
-    if 'time' in arrays:
-        time = arrays.pop('time')[:, 0]
-    elif dt is not None and dt > 0:
-        length = next(iter(arrays.values())).shape[0] if arrays else 0
-        time = np.arange(length) * float(dt)
-    else:
-        raise ValueError(f'{source}: give a time column or a positive dt')
-    return trajectory_from_arrays(time, joint_names=joint_names,
-                                  derivative_window_s=derivative_window_s, source=source,
-                                  **arrays)
+    pieces = trajectories_from_table(table, columns, dt, joint_names, derivative_window_s,
+                                     source)
+    if len(pieces) > 1:
+        raise ValueError(f'{source}: skipped non-finite rows or time gaps cut the recording '
+                         f'into {len(pieces)} pieces; read it with trajectories_from_table or '
+                         'load_trajectories')
+    return pieces[0]
 
 
 def trajectory_from_arrays(time: np.ndarray, q: Optional[np.ndarray] = None,
@@ -100,6 +217,7 @@ def trajectory_from_arrays(time: np.ndarray, q: Optional[np.ndarray] = None,
                            source: str = 'arrays') -> Trajectory:
     """Return a validated `Trajectory`, deriving qd from q and qdd from qd where missing."""
     time = np.asarray(time, dtype=np.float64)
+    check_time(time, source)   # before the derivatives divide by its period
     if time.size > 1 and (qd is None and q is not None or qdd is None and
                           (qd is not None or q is not None)):
         period = float(np.median(np.diff(time)))
@@ -116,24 +234,62 @@ def trajectory_from_arrays(time: np.ndarray, q: Optional[np.ndarray] = None,
 
 
 def read_table(path: Union[str, Path]) -> Dict[str, np.ndarray]:
-    """Read a numeric CSV (header row) or an npz file into {name: array}."""
+    """Read a numeric CSV (header row) or an npz file into {name: array}; ValueError if not."""
     path = Path(path)
-    if path.suffix == '.npz':
-        with np.load(path, allow_pickle=False) as data:
-            return {name: np.asarray(data[name]) for name in data.files}
-    if path.suffix not in ('.csv', '.txt'):
-        raise ValueError(f'{path}: expected a .csv or .npz file')
-    with open(path, newline='') as handle:
-        reader = csv.reader(handle)
-        header = [name.strip() for name in next(reader, [])]
+    if path.suffix.lower() == '.npz':
         try:
-            rows = [[float(v) for v in row] for row in reader if row]
-        except ValueError as error:
-            raise ValueError(f'{path}: non-numeric cell ({error})') from None
-    if not header or any(len(row) != len(header) for row in rows):
-        raise ValueError(f'{path}: every row must have the {len(header)} header columns')
-    values = np.array(rows, dtype=np.float64).reshape(len(rows), len(header))
+            with np.load(path, allow_pickle=False) as data:
+                return {name: np.asarray(data[name]) for name in data.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+            if isinstance(error, FileNotFoundError):
+                raise
+            raise ValueError(f'{path}: not a readable npz file of numeric arrays '
+                             f'({type(error).__name__})') from None
+    if path.suffix.lower() not in ('.csv', '.txt'):
+        raise ValueError(f'{path}: expected a .csv or .npz file')
+    try:
+        with open(path, newline='', encoding='utf-8-sig') as handle:   # Excel writes a BOM
+            lines = [(n, row) for n, row in enumerate(csv.reader(handle), 1) if row]
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ValueError(f'{path}: not a text CSV ({error})') from None
+    if not lines:
+        raise ValueError(f'{path}: empty file')
+    header = [name.strip() for name in lines[0][1]]
+    doubled = sorted({name for name in header if header.count(name) > 1})
+    if doubled:
+        raise ValueError(f'{path}: header names {doubled} more than once')
+    values = np.empty((len(lines) - 1, len(header)))
+    for i, (line, row) in enumerate(lines[1:]):
+        if len(row) != len(header):
+            raise ValueError(f'{path}: line {line} has {len(row)} cells, the header '
+                             f'{len(header)}')
+        try:
+            values[i] = [float(v) for v in row]
+        except ValueError:
+            cell = next(k for k, v in enumerate(row) if not _is_number(v))
+            raise ValueError(f'{path}: line {line}, column {header[cell]!r}: non-numeric cell '
+                             f'{row[cell]!r}') from None
+    if not values.shape[0]:
+        raise ValueError(f'{path}: no data rows under the header')
     return {name: values[:, i] for i, name in enumerate(header)}
+
+
+def _is_number(text: str) -> bool:
+    """Return whether `float` reads the cell (to name the first bad cell of a row)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_trajectories(path: Union[str, Path], columns: Optional[ColumnSpec] = None,
+                      dt: Optional[float] = None, joint_names: Optional[Sequence[str]] = None,
+                      derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S
+                      ) -> List[Trajectory]:
+    """Load one CSV or npz recording as its contiguous pieces (`trajectories_from_table`)."""
+    return trajectories_from_table(read_table(path), columns, dt, joint_names,
+                                   derivative_window_s, source=str(path))
 
 
 def load_trajectory(path: Union[str, Path], columns: Optional[ColumnSpec] = None,

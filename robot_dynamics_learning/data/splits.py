@@ -10,6 +10,7 @@ Train/test splits of recordings that never share a sample between the two sides.
 """
 import fnmatch
 from pathlib import Path
+import re
 from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
@@ -65,11 +66,20 @@ def split_blocks(trajectories: Sequence[Trajectory], size: int, every: int = 4,
     return train, test
 
 
+def file_name(source: str) -> str:
+    """
+    Return the file name in a trajectory's source, without row ranges '[a:b]' and choices.
+
+    E.g. '/d/run 1.csv[0:500]' and '/d/run 1.csv (torque=Torque)' give 'run 1.csv' (names may
+    hold spaces: only a trailing '(key=value)' and bracketed ranges are annotations).
+    """
+    return Path(re.sub(r'( \([^()]*=[^()]*\)|\[[0-9:]*\])+$', '', source)).name
+
+
 def split_files(trajectories: Sequence[Trajectory], test_patterns: Sequence[str]) -> Split:
     """Test the recordings whose file name matches a pattern; train on the others."""
     def is_test(trajectory: Trajectory) -> bool:
-        name = Path(trajectory.source.split(' ')[0]).name
-        return any(fnmatch.fnmatchcase(name, p) for p in test_patterns)
+        return any(fnmatch.fnmatchcase(file_name(trajectory.source), p) for p in test_patterns)
 
     test = [t for t in trajectories if is_test(t)]
     if not test or len(test) == len(trajectories):

@@ -4,6 +4,19 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+JOINT_FIELDS = ('q', 'qd', 'qdd', 'tau')
+
+
+def check_time(time: np.ndarray, source: str = '') -> None:
+    """Raise ValueError unless time is 1-D and strictly increasing, naming the first bad step."""
+    if time.ndim != 1:
+        raise ValueError(f'time must be 1-D, got shape {time.shape} ({source})')
+    steps = np.diff(time)
+    if time.size > 1 and not np.all(steps > 0):
+        i = int(np.argmin(steps > 0))
+        raise ValueError(f'time must be strictly increasing: sample {i + 1} at '
+                         f'{float(time[i + 1])} s follows {float(time[i])} s ({source})')
+
 
 @dataclass
 class Trajectory:
@@ -36,10 +49,7 @@ class Trajectory:
     def __post_init__(self) -> None:
         """Validate shapes and time so that downstream code can trust them."""
         self.time = np.asarray(self.time, dtype=np.float64)
-        if self.time.ndim != 1:
-            raise ValueError(f'time must be 1-D, got shape {self.time.shape} ({self.source})')
-        if self.time.size > 1 and not np.all(np.diff(self.time) > 0):
-            raise ValueError(f'time must be strictly increasing ({self.source})')
+        check_time(self.time, self.source)
         for name in self.ARRAY_FIELDS:
             value = getattr(self, name)
             if value is None:
@@ -50,6 +60,14 @@ class Trajectory:
                     f'{name} must have shape ({self.time.size}, n), got {value.shape} '
                     f'({self.source})')
             setattr(self, name, value)
+        # q, qd, qdd and tau describe the same joints: a mismatch would train silently on
+        # misaligned columns (e.g. a column pattern that lost or doubled a joint).
+        widths = {name: getattr(self, name).shape[1] for name in JOINT_FIELDS
+                  if getattr(self, name) is not None}
+        if len(set(widths.values())) > 1 or (
+                self.joint_names and widths and len(self.joint_names) not in widths.values()):
+            raise ValueError(f'joint columns disagree: {widths}, {len(self.joint_names)} joint '
+                             f'names ({self.source})')
 
     def __len__(self) -> int:
         """Return the number of samples."""

@@ -12,10 +12,12 @@ the previous-value baseline, with calibration and coverage warnings (`learning.e
 import argparse
 import json
 from pathlib import Path
+import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.data import datasets
-from robot_dynamics_learning.data.loading import load_trajectory, parse_columns
+from robot_dynamics_learning.data.loading import (load_trajectories, parse_columns,
+                                                  trajectories_from_table)
 from robot_dynamics_learning.data.splits import parse_split
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
@@ -27,7 +29,6 @@ from robot_dynamics_learning.learning.evaluation import format_report, inverse_r
 from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_step_rmse
 from robot_dynamics_learning.learning.training import holdout_windows, train_model, TrainConfig
 from robot_dynamics_learning.models.registry import build_model, model_builder
-from robot_dynamics_learning.signals.offline import savgol_derivative
 import torch
 import yaml
 
@@ -105,11 +106,18 @@ def load_split(data: str, split: str, data_config: Dict[str, Any]) -> List[Traje
     trajectory = bag_io.read_trajectory(
         path, joint_topic=data_config.get('joint_topic', bag_io.JOINT_TOPIC),
         command_topic=data_config.get('command_topic'))
-    if trajectory.qdd is None and trajectory.qd is not None:
-        window = float(data_config.get('acc_window_s', datasets.KINOVA_ACC_WINDOW_S))
-        trajectory.qdd = savgol_derivative(trajectory.qd, trajectory.dt, window, order=3,
-                                           deriv=1)
-    return [trajectory]
+    # The user-file path: pieces cut at stamp gaps (skipped messages), qd / qdd derived.
+    table = {name: getattr(trajectory, name) for name in ('time', 'q', 'qd', 'qdd', 'tau',
+                                                          'actions')
+             if getattr(trajectory, name) is not None}
+    pieces = trajectories_from_table(
+        table, {name: name for name in table}, joint_names=trajectory.joint_names,
+        derivative_window_s=float(data_config.get('acc_window_s',
+                                                  datasets.KINOVA_ACC_WINDOW_S)),
+        source=trajectory.source)
+    for piece in pieces:
+        piece.units = dict(trajectory.units)
+    return pieces
 
 
 def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[str] = None,
@@ -120,24 +128,41 @@ def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[
 
     Files are read with the column spec `columns` ('field=pattern', `data.loading`) and split
     by `split` (default 'time:0.8'); a dataset keeps its fixed split unless `split` is given,
-    which then re-splits all its recordings; a bag is split by `split` (default: the whole
-    recording on both sides, as before).
+    which then re-splits all its recordings; a bag is split like files (default 'time:0.8':
+    scoring its training rows, as before, hid overfitting).
     """
     data = list(data)
-    if all(Path(item).suffix in FILE_SUFFIXES for item in data):
+    if all(Path(item).suffix.lower() in FILE_SUFFIXES for item in data):
+        twice = sorted({item for item in data if [Path(d).resolve() for d in data].count(
+            Path(item).resolve()) > 1})
+        if twice:   # its rows could land on both sides of a blocks split
+            raise ValueError(f'files given more than once: {twice}')
         spec = parse_columns(columns) if columns else None
         window = float(data_config.get('acc_window_s', datasets.KINOVA_ACC_WINDOW_S))
         splitter = parse_split(split or 'time:0.8')
-        trajectories = [load_trajectory(item, spec, dt, derivative_window_s=window)
-                        for item in data]
+        trajectories = [piece for item in data for piece in
+                        load_trajectories(item, spec, dt, derivative_window_s=window)]
+        _check_same_widths(trajectories)
         return splitter(trajectories)
     if len(data) != 1:
         raise ValueError(f'give one dataset name or bag, or only CSV / npz files; got {data}')
+    if data[0] not in DATASETS:   # a bag: read once, split like files
+        return parse_split(split or 'time:0.8')(load_split(data[0], 'train', data_config))
     train, test = (load_split(data[0], name, data_config) for name in ('train', 'test'))
-    if split is None:
-        return train, test
-    pooled = train if Path(data[0]).exists() else train + test
-    return parse_split(split)(pooled)
+    return (train, test) if split is None else parse_split(split)(train + test)
+
+
+def _check_same_widths(trajectories: Sequence[Trajectory]) -> None:
+    """Raise ValueError naming two files whose fields differ in width (joints, columns)."""
+    first = trajectories[0]
+    for trajectory in trajectories[1:]:
+        for name in Trajectory.ARRAY_FIELDS:
+            a, b = getattr(first, name), getattr(trajectory, name)
+            if (a is None) != (b is None) or a is not None and a.shape[1] != b.shape[1]:
+                raise ValueError(
+                    f'{trajectory.source} has {name} of width {None if b is None else b.shape[1]}'
+                    f', {first.source} {None if a is None else a.shape[1]}: all files need the '
+                    'same columns')
 
 
 def _problem_widths(problem: str, trajectories: List[Trajectory]) -> Tuple[int, int, int]:
@@ -156,6 +181,11 @@ def run_train(args: argparse.Namespace) -> int:
                                              else {})})
     torch.manual_seed(train_config.seed)
     trajectories, test = load_data(args.data, data_config, args.split, args.columns, args.dt)
+    if not trajectories:
+        raise ValueError(f'the split {args.split or "time:0.8"} leaves no training data')
+    if not test:
+        print(f'rdl: warning: the split {args.split or "time:0.8"} leaves no test data; no '
+              'test report', file=sys.stderr)
     make = inverse_dynamics_windows if problem == 'inverse' else forward_dynamics_windows
     window = int(data_config.get('window', 50))
     train, val = holdout_windows(
@@ -223,12 +253,12 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
                         'observations, actions), e.g. q=Position* tau=Torque[0-9]; default: '
                         'columns named like the fields (q or q_1, q_2, ...)')
     parser.add_argument('--dt', type=float, default=None,
-                        help='files without a time column: sample period in seconds')
+                        help='files: sample period in seconds (in place of a time column)')
     parser.add_argument('--split', default=None,
                         help="'time:0.8' (head of every recording trains; the default for "
-                        "files), 'blocks:500:4' (every 4th block of 500 samples tests) or "
-                        "'files:PATTERN[,PATTERN]'; a dataset keeps its fixed split unless "
-                        'given')
+                        "files and bags), 'blocks:500:4' (every 4th block of 500 samples "
+                        "tests) or 'files:PATTERN[,PATTERN]'; a dataset keeps its fixed split "
+                        'unless given')
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -95,7 +95,9 @@ def split_windows(batch: SequenceBatch, val_fraction: float) -> tuple:
     n = batch.observations.shape[0]
     n_val = max(1, int(round(n * val_fraction)))
     if n - n_val < 1:
-        raise ValueError(f'{n} windows are too few to split off a validation set')
+        raise ValueError(f'{n} windows of {batch.observations.shape[1]} steps are too few to '
+                         'split off a validation set: give longer recordings or a smaller '
+                         'data.window')
     index = torch.arange(n)
     return select(batch, index[:n - n_val]), select(batch, index[n - n_val:])
 
