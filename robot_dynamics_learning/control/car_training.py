@@ -19,7 +19,8 @@ from robot_dynamics_learning.control.car_evaluation import (evaluate_car_model,
                                                             trajectory_validation_error)
 from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset, dart_split
-from robot_dynamics_learning.data.car_sources import BagOptions, load_car_drives
+from robot_dynamics_learning.data.car_sources import (BagOptions, car_source_files,
+                                                      load_car_drives)
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
 from robot_dynamics_learning.models.car_base import CarModel, relative_l1
 from robot_dynamics_learning.models.registry import build_model
@@ -34,20 +35,25 @@ DEFAULT_LR = {'car_mlp': 2e-3, 'car_bicycle': 1e-2}
 # Held-out blocks of a user's data: every HOLD_EVERY-th block of driving is the test split,
 # another one of the rest the validation split (early stopping).
 HOLD_EVERY = 5
+# The open-loop horizon of the reported metrics (s); a held block must hold one such window
+# (a block of exactly 1 s has one sample too few), hence the shortest block.
+EVAL_HORIZON_S = 1.0
+MIN_BLOCK_S = 1.5 * EVAL_HORIZON_S
 
 
 def hold_out_blocks(data: CarDataset, offset: int) -> Tuple[CarDataset, CarDataset]:
     """
     Return (rest, held): every HOLD_EVERY-th block of driving held back.
 
-    Blocks are 5 s long, shorter (down to 1 s) on recordings under 100 s so that even a
-    one-minute drive gives several held blocks in different situations.
+    Blocks are 5 s long, shorter (down to MIN_BLOCK_S) on recordings under 100 s so that
+    even a one-minute drive gives several held blocks in different situations.
     """
-    block_s = min(5.0, max(1.0, data.duration_s / 20.0))
+    block_s = min(5.0, max(MIN_BLOCK_S, data.duration_s / 20.0))
     rest, held = data.split_blocks(block_s, HOLD_EVERY, offset)
     if len(held.segments) == 0 or len(rest.segments) == 0:
         raise ValueError(f'{data.duration_s:.1f} s of driving is too little to hold back '
-                         f'blocks of {block_s:g} s; record more')
+                         f'blocks of {block_s:g} s (need at least '
+                         f'{HOLD_EVERY * block_s:g} s of driving); record more')
     return rest, held
 
 
@@ -62,18 +68,21 @@ def car_data(source: str, h: float, minutes: float = 15.0, seed: int = 0,
 
     'sim' drives `minutes` of random driving of a car with `params` (test: 2 minutes with
     another seed); 'dart' is the DART file split (`dart_split`); 'bag' and 'csv' read a
-    user's recordings from `paths` (`data/car_sources.py`): test drives from `test_paths`,
-    or without them every fifth block of the recordings (`hold_out_blocks`), never trained
-    on. max_gap_s: gap threshold (default from the detected sample rate); max_speed (m/s),
-    max_yaw_rate (rad/s): faster states of a user's recordings are mocap glitches, cut out.
+    user's recordings from `paths` (`data/car_sources.py`): test drives from `test_paths`
+    (never trained on, even where they lie inside a --data tree), or without them every
+    fifth block of the recordings (`hold_out_blocks`), never trained on. max_gap_s: gap
+    threshold (default from the detected sample rate); max_speed (m/s), max_yaw_rate
+    (rad/s): faster states of a user's recordings are mocap glitches, cut out.
     """
     if source == 'dart':
         return dart_split(h)
     if source in ('bag', 'csv'):
         limits = {'max_gap_s': max_gap_s, 'max_speed': max_speed, 'max_yaw_rate': max_yaw_rate}
-        data = car_dataset(load_car_drives(source, paths, options, progress), h, **limits)
-        if test_paths:
-            return data, car_dataset(load_car_drives(source, test_paths, options, progress),
+        test_files = car_source_files(source, test_paths) if test_paths else []
+        data = car_dataset(load_car_drives(source, paths, options, progress, test_files), h,
+                           **limits)
+        if test_files:
+            return data, car_dataset(load_car_drives(source, test_files, options, progress),
                                      h, **limits)
         return hold_out_blocks(data, HOLD_EVERY - 1)
     if source != 'sim':
@@ -277,8 +286,16 @@ def train_car(model_type: str, train: CarDataset, test: CarDataset, seed: int = 
     `train` (`fit_car_model`, cosine decay; what the published DART numbers used).
     settings: model config fields (`build_car_model`).
     """
+    if epochs is not None and epochs < 1:
+        raise ValueError(f'epochs must be >= 1, got {epochs}')
+    steps = int(round(EVAL_HORIZON_S / train.h))
+    if not any(b - a > steps for a, b in test.segments):
+        # checked before training: the scores come after it, and a crash there loses the model
+        raise ValueError(f'the test data ({test.duration_s:.1f} s) has no unbroken '
+                         f'{EVAL_HORIZON_S:g} s of driving to score the model on; record '
+                         'longer drives or give other --test-data')
     torch.manual_seed(seed)
-    fit, val = (train, None) if epochs else hold_out_blocks(train, 2)
+    fit, val = (train, None) if epochs is not None else hold_out_blocks(train, 2)
     model = build_car_model(model_type, train.h, settings)
     model.fit_normalization(fit.transitions())
     lr = lr or DEFAULT_LR[model_type]
@@ -289,7 +306,7 @@ def train_car(model_type: str, train: CarDataset, test: CarDataset, seed: int = 
         history = fit_until_converged(model, fit, val, lr, rule, seed=seed, progress=progress)
         history.pop('val_scores')
         history['validation_transitions'] = int(val.transitions().observations.shape[0])
-    metrics: Dict[str, Any] = evaluate_car_model(model, test, int(round(1.0 / train.h)))
+    metrics: Dict[str, Any] = evaluate_car_model(model, test, steps)
     metrics.update(history)
     metrics['train_transitions'] = int(fit.transitions().observations.shape[0])
     metrics['data'] = dict(train.info)

@@ -13,6 +13,7 @@
 import argparse
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Dict, Sequence
 
@@ -54,20 +55,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     'gives a fixed recipe. Prints the held-out metrics (1 s open loop).')
     _data_arguments(train)
     train.add_argument('--model', choices=CAR_MODEL_TYPES, default='car_mlp')
-    train.add_argument('--epochs', type=int, default=None,
+    train.add_argument('--epochs', type=_positive_int, default=None,
                        help='fixed epochs on all training data instead of early stopping')
-    train.add_argument('--max-epochs', type=int, default=StopRule.max_epochs,
+    train.add_argument('--max-epochs', type=_positive_int, default=StopRule.max_epochs,
                        help='early stopping: most epochs (the guard)')
-    train.add_argument('--patience', type=int, default=StopRule.patience,
+    train.add_argument('--patience', type=_positive_int, default=StopRule.patience,
                        help='early stopping: epochs without improvement before stopping')
-    train.add_argument('--lr', type=float, default=None, help='Adam learning rate')
-    train.add_argument('--wheelbase', type=float, default=None,
+    train.add_argument('--lr', type=_positive_float, default=None, help='Adam learning rate')
+    train.add_argument('--wheelbase', type=_positive_float, default=None,
                        help='car_bicycle: wheelbase (m); default the DART car, 0.1735')
-    train.add_argument('--rear-to-cg', type=float, default=None,
+    train.add_argument('--rear-to-cg', type=_positive_float, default=None,
                        help='car_bicycle: rear axle to centre of mass (m); default half the '
                             'wheelbase')
-    train.add_argument('--hidden', type=int, default=None, help='car_mlp: hidden width (64)')
-    train.add_argument('--layers', type=int, default=None, help='car_mlp: hidden layers (8)')
+    train.add_argument('--hidden', type=_positive_int, default=None,
+                       help='car_mlp: hidden width (64)')
+    train.add_argument('--layers', type=_positive_int, default=None,
+                       help='car_mlp: hidden layers (8)')
     train.add_argument('--out', type=Path, required=True, help='checkpoint to write')
     train.add_argument('--report', type=Path, default=None,
                        help='also write the evaluation report (report.md, PNG, metrics.json)')
@@ -81,7 +84,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _data_arguments(evaluate)
     evaluate.add_argument('--checkpoint', type=Path, action='append', required=True,
                           help='car model checkpoint (repeat for several)')
-    evaluate.add_argument('--horizon', type=float, default=1.0, help='open-loop horizon (s)')
+    evaluate.add_argument('--horizon', type=_positive_float, default=1.0,
+                          help='open-loop horizon (s)')
     evaluate.add_argument('--out', type=Path, default=Path('car_report'), help='report folder')
     evaluate.set_defaults(func=_evaluate)
 
@@ -103,8 +107,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help='estimator yaw window (s)')
     replay.add_argument('--order', type=int, choices=(1, 2), default=None,
                         help='estimator polynomial order')
-    replay.add_argument('--horizon', type=float, default=1.0, help='open-loop horizon (s)')
-    replay.add_argument('--max-gap-s', type=float, default=None,
+    replay.add_argument('--horizon', type=_positive_float, default=1.0,
+                        help='open-loop horizon (s)')
+    replay.add_argument('--max-gap-s', type=_positive_float, default=None,
                         help='gap that splits drives (default 5 sample periods, at least 0.05 s)')
     replay.add_argument('--out', type=Path, default=Path('car_replay'), help='report folder')
     replay.set_defaults(func=_replay)
@@ -139,6 +144,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lap.set_defaults(func=_lap)
 
 
+def _int_at_least(text: str, minimum: int) -> int:
+    """Parse an int >= minimum for argparse (a usage error, not a traceback, otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f'need an integer >= {minimum}, got {text!r}')
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """Parse an int >= 1: 0 or -1 epochs or threads crashed after the data was loaded."""
+    return _int_at_least(text, 1)
+
+
+def _button_index(text: str) -> int:
+    """Parse a Joy button index >= 0: -1 would silently read the last button."""
+    return _int_at_least(text, 0)
+
+
+def _positive_float(text: str) -> float:
+    """Parse a finite number > 0 (a step, limit or length of 0 gave misleading errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f'need a finite number > 0, got {text!r}')
+    return value
+
+
 def _bag_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--pose-topic', default=CAR_POSE_TOPIC,
                         help=f'PoseStamped mocap topic (default {CAR_POSE_TOPIC})')
@@ -150,7 +187,7 @@ def _bag_arguments(parser: argparse.ArgumentParser) -> None:
                         help='throttle = scale * axis (Joy) or linear.x (Twist)')
     parser.add_argument('--steering-scale', type=float, default=1.0,
                         help='steering = scale * axis (Joy) or angular.z (Twist)')
-    parser.add_argument('--safety-button', type=int, default=None,
+    parser.add_argument('--safety-button', type=_button_index, default=None,
                         help='Joy deadman button index: throttle counts as 0 while released')
     parser.add_argument('--typestore', default='jazzy', choices=('humble', 'jazzy', 'kilted'),
                         help='types for bags without definitions')
@@ -165,21 +202,22 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--test-data', type=Path, nargs='+', default=(),
                         help='held-out bags or CSVs (default: every fifth block of --data)')
     _bag_arguments(parser)
-    parser.add_argument('--max-gap-s', type=float, default=None,
+    parser.add_argument('--max-gap-s', type=_positive_float, default=None,
                         help='gap that splits drives (default 5 sample periods, at least 0.05 s: '
                              '0.25 s at 20 Hz)')
-    parser.add_argument('--max-speed', type=float, default=8.0,
+    parser.add_argument('--max-speed', type=_positive_float, default=8.0,
                         help='fastest plausible speed (m/s); faster states are mocap glitches')
-    parser.add_argument('--max-yaw-rate', type=float, default=15.0,
+    parser.add_argument('--max-yaw-rate', type=_positive_float, default=15.0,
                         help='fastest plausible yaw rate (rad/s)')
-    parser.add_argument('--minutes', type=float, default=15.0,
+    parser.add_argument('--minutes', type=_positive_float, default=15.0,
                         help='simulated driving to collect (source sim)')
-    parser.add_argument('--mass', type=float, default=None, help='source sim: car mass (kg)')
-    parser.add_argument('--sim-wheelbase', type=float, default=None,
+    parser.add_argument('--mass', type=_positive_float, default=None,
+                        help='source sim: car mass (kg)')
+    parser.add_argument('--sim-wheelbase', type=_positive_float, default=None,
                         help='source sim: wheelbase of the simulated car (m)')
-    parser.add_argument('--h', type=float, default=0.05, help='model step (s)')
+    parser.add_argument('--h', type=_positive_float, default=0.05, help='model step (s)')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--threads', type=int, default=1, help='torch threads')
+    parser.add_argument('--threads', type=_positive_int, default=1, help='torch threads')
 
 
 def _bag_options(args: argparse.Namespace) -> BagOptions:
@@ -236,9 +274,9 @@ def _models(paths: Sequence[Path]) -> Dict[str, object]:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    models = _models(args.checkpoint)   # a wrong checkpoint path fails before a long read
     _, test = _load_data(args)
-    metrics = write_car_report(args.out, _models(args.checkpoint), test, _describe(args),
-                               horizon_s=args.horizon)
+    metrics = write_car_report(args.out, models, test, _describe(args), horizon_s=args.horizon)
     print(verdict_line(metrics))
     print(f'report: {args.out / "report.md"}')
     return 0

@@ -11,6 +11,7 @@ typestore. Writing: version-8 bags (readable by Humble and later), sqlite3 or MC
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import heapq
+import logging
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -33,9 +34,11 @@ TYPESTORES = {'humble': Stores.ROS2_HUMBLE, 'jazzy': Stores.ROS2_JAZZY,
 # Dataset bags start at this fixed epoch (2023-11-14T22:13:20Z) so conversions are repeatable.
 EPOCH_NS = 1_700_000_000 * 1_000_000_000
 JOINT_TOPIC = '/joint_states'
+LOG = logging.getLogger(__name__)
 PNEUMATIC_COMMAND_TOPIC = '/pressure_controller/commands'
 SCHUNK_COMMAND_TOPIC = '/effort_controller/commands'
 CAR_POSE_TOPIC = '/vrpn_mocap/rc_car/pose'
+CAR_COMMAND_TYPES = (JOY, TWIST, TWIST_STAMPED)
 CAR_COMMAND_TOPIC = '/cmd'
 DATASETS = ('kinova', 'pneumatic', 'schunk', 'rc_car')
 
@@ -53,8 +56,8 @@ def open_bag(path: PathLike, typestore: str = 'jazzy') -> Iterator[AnyReader]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f'no bag at {path}')
-    reader = AnyReader([path], default_typestore=named_typestore(typestore))
-    try:
+    try:   # a file, not a bag folder, fails already in the constructor
+        reader = AnyReader([path], default_typestore=named_typestore(typestore))
         reader.open()
     except AnyReaderError as error:
         raise ValueError(f'{path}: cannot read bag: {error}') from None
@@ -414,7 +417,18 @@ def read_trajectory(path: PathLike, joint_topic: str = JOINT_TOPIC,
                         progress=progress)
     commands = None if command_topic is None else read_topic(
         path, command_topic, typestore=typestore, progress=progress)
+    for arrays in (joints, commands):
+        if arrays is not None:
+            log_skipped(path, arrays)
     return joint_states_to_trajectory(joints, commands, source=f'{path}:{joint_topic}')
+
+
+def log_skipped(path: PathLike, arrays: 'TopicArrays') -> None:
+    """Log the messages a read skipped, with their reasons: they must not pass unnoticed."""
+    skipped = {k: n for k, n in arrays.rejections.items() if k != 'accepted' and n}
+    if skipped:
+        LOG.warning('%s:%s: skipped messages: %s', path, arrays.topic,
+                    ', '.join(f'{n} {k}' for k, n in skipped.items()))
 
 
 def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
@@ -428,21 +442,39 @@ def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
     yaw is unwrapped; actions [throttle, steering] are held (zero-order) on receive time;
     poses received before the first command are dropped. safety_button (Joy commands): the
     deadman button's index; throttle counts as 0 while it is released (as DART's
-    safety_value), so coasting with the button up is not learned as driving.
+    safety_value), so coasting with the button up is not learned as driving. A user's
+    mistakes are one-line errors: a topic of the wrong type, no valid message (a Joy with
+    too few axes), a deadman button that is never held (every throttle would be 0); rejected
+    messages (NaN, bad quaternions, backwards stamps) are logged with their counts.
     """
     poses = read_topic(path, pose_topic, typestore=typestore, progress=progress)
+    if poses.msgtype != POSE_STAMPED:
+        raise ValueError(f"{path}: pose topic '{pose_topic}' is {poses.msgtype}, not "
+                         f'{POSE_STAMPED}')
     commands = read_topic(path, command_topic, mapping=mapping, safety_button=safety_button,
                           typestore=typestore, progress=progress)
-    if len(poses) == 0 or len(commands) == 0:
-        raise ValueError(f'{path}: no valid poses ({poses.rejections}) or commands '
-                         f'({commands.rejections})')
+    if commands.msgtype not in CAR_COMMAND_TYPES:
+        raise ValueError(f"{path}: command topic '{command_topic}' is {commands.msgtype}, not "
+                         f'one of {list(CAR_COMMAND_TYPES)}')
+    for arrays, what in ((poses, 'pose'), (commands, 'command')):
+        log_skipped(path, arrays)
+        if len(arrays) == 0:
+            hint = ('; check the Joy throttle and steering axes'
+                    if arrays.rejections.get('missing_axis') else '')
+            raise ValueError(f"{path}: no valid {what} on '{arrays.topic}' (read: "
+                             f'{arrays.rejections}){hint}')
     throttle = commands.fields['throttle']
     if safety_button is not None:
-        throttle = np.where(commands.fields['safety'] > 0, throttle, 0.0)
+        held = commands.fields['safety'] > 0
+        if not held.any():
+            raise ValueError(f'{path}: safety button {safety_button} is never held in the '
+                             f"{len(commands)} Joy messages on '{command_topic}': every "
+                             'throttle would count as 0; check the button index')
+        throttle = np.where(held, throttle, 0.0)
     command_values = np.stack([throttle, commands.fields['steering']], 1)
     actions, valid = hold_last(commands.receive_ns, command_values, poses.receive_ns)
     if not valid.any():
-        raise ValueError(f'no {command_topic} message precedes any pose')
+        raise ValueError(f"{path}: no '{command_topic}' message precedes any pose")
     start = int(np.argmax(valid))
     stamps = poses.stamp_ns[start:]
     position = poses.fields['position'][start:]

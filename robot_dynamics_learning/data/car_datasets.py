@@ -3,7 +3,8 @@ Car model data: mocap drives -> transitions at the model step h, and the splits 
 
 `car_dataset` turns drives (poses [x, y, yaw] and commands at the mocap rate, any rate from
 about 20 Hz up) into model transitions; the gap threshold and the smoothing window follow
-the detected sample rate, so a 20 Hz recording is not cut into pieces at every sample.
+the detected sample rate of each drive, so a 20 Hz recording is not cut into pieces at every
+sample (not even among 240 Hz ones).
 `CarDataset.split_blocks` holds back whole blocks of driving (validation for early stopping,
 a test split for a user's own data); `dart_split` is the fixed DART file split.
 """
@@ -93,9 +94,11 @@ class CarDataset:
         steps = max(2, int(round(block_s / self.h)))
         rest, held = [], []
         for a, b in self.segments:
+            kept = []
             for k, start in enumerate(range(a, b, steps)):
-                (held if k % every == offset else rest).append((start, min(start + steps, b)))
-        return self.subset(_merge(rest)), self.subset(held)
+                (held if k % every == offset else kept).append((start, min(start + steps, b)))
+            rest += _merge(kept)   # per drive: the next drive's first block never joins it
+        return self.subset(rest), self.subset(held)
 
 
 def _merge(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
@@ -166,7 +169,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
 
     Samples with a non-finite pose or command are dropped (counted in info
     'dropped_non_finite'); drives are split at gaps longer than max_gap_s (default
-    GAP_PERIODS median periods, at least MIN_GAP_S);
+    GAP_PERIODS median periods of the drive, at least MIN_GAP_S);
     poses are Savitzky-Golay smoothed and differentiated over window_s (default the larger
     of MIN_WINDOW_S and WINDOW_SAMPLES periods) on a `fine_dt` grid (offline, zero phase),
     then sampled every h seconds; the action of a step is the mean command over it. Runs of
@@ -177,16 +180,22 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
         raise ValueError(f'h ({h}) must be a multiple of fine_dt ({fine_dt})')
     trajectories, dropped = _finite_rows(trajectories)
     period = sample_period(trajectories)
-    max_gap_s = (max(MIN_GAP_S, GAP_PERIODS * period) if max_gap_s is None
-                 else float(max_gap_s))
-    window_s = max(MIN_WINDOW_S, WINDOW_SAMPLES * period) if window_s is None else window_s
-    info = {'rate_hz': 1.0 / period, 'max_gap_s': max_gap_s, 'window_s': window_s,
-            'dropped_non_finite': dropped}
+    # Per drive: a 20 Hz file among 240 Hz ones would be cut at every sample by their gap.
+    periods = [sample_period([t]) if len(t) > 1 else period for t in trajectories]
+    gaps = [max(MIN_GAP_S, GAP_PERIODS * p) if max_gap_s is None else float(max_gap_s)
+            for p in periods]
+    windows = [max(MIN_WINDOW_S, WINDOW_SAMPLES * p) if window_s is None else window_s
+               for p in periods]
+    info = {'rate_hz': 1.0 / period, 'rate_hz_min': 1.0 / max(periods),
+            'rate_hz_max': 1.0 / min(periods), 'max_gap_s': max(gaps),
+            'window_s': max(windows), 'dropped_non_finite': dropped}
+    pieces = [(piece, window) for trajectory, gap, window in zip(trajectories, gaps, windows)
+              for piece in split_at_gaps([trajectory], gap, max(0.2, 2 * window))]
     observations, actions, segments = [], [], []
     count = 0
-    for trajectory in split_at_gaps(trajectories, max_gap_s, max(0.2, 2 * window_s)):
+    for trajectory, window in pieces:
         grid, states = offline_body_states(trajectory.time, trajectory.observations, fine_dt,
-                                           window_s)
+                                           window)
         commands = np.stack([np.interp(grid, trajectory.time, trajectory.actions[:, i])
                              for i in range(trajectory.actions.shape[1])], axis=1)
         steps = (len(grid) - 1) // stride
@@ -207,7 +216,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
             count += b - a
     if not observations:
         raise ValueError(f'no drive is long enough for one transition (detected '
-                         f'{1.0 / period:.1f} Hz, gaps over {max_gap_s:.3f} s split drives)')
+                         f'{1.0 / period:.1f} Hz, gaps over {max(gaps):.3f} s split drives)')
     return CarDataset(np.concatenate(observations), np.concatenate(actions), h, segments, info)
 
 

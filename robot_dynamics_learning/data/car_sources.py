@@ -5,9 +5,12 @@ Bags: PoseStamped mocap poses plus Joy, Twist or TwistStamped commands, with the
 Joy axes, scales and the Joy deadman button as options (`BagOptions`). CSV trees: any
 folder holding DART-style CSV files with Vicon columns at any depth (the DART repository's
 `<set>/<file>.csv` and `<set>/csv/<file>.csv` layouts both work); files without Vicon columns
-(IMU-only recordings) are skipped.
+(IMU-only recordings) are skipped. A user's data is damaged in ordinary ways (a truncated
+last line, a mocap NaN, a file that is not a recording at all): what is skipped is logged
+with its reason and count, and only data that is unusable as a whole is an error.
 """
 from dataclasses import dataclass, field
+import logging
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -16,6 +19,7 @@ from robot_dynamics_learning.data.datasets import load_rc_car
 from robot_dynamics_learning.data.messages import CommandMapping
 from robot_dynamics_learning.data.trajectory import Trajectory
 
+LOG = logging.getLogger(__name__)
 SOURCES = ('sim', 'dart', 'bag', 'csv')
 
 
@@ -29,6 +33,13 @@ class BagOptions:
     safety_button: Optional[int] = None
     typestore: str = 'jazzy'
 
+    def __post_init__(self) -> None:
+        """Refuse a negative button index: Python would read it from the end of the list."""
+        if self.safety_button is not None and not (
+                isinstance(self.safety_button, int) and self.safety_button >= 0):
+            raise ValueError(f'safety_button must be a Joy button index >= 0, got '
+                             f'{self.safety_button}')
+
 
 def car_csv_files(root: Path) -> List[Path]:
     """Return the CSV files under `root` (any depth) that carry Vicon poses, sorted."""
@@ -41,7 +52,8 @@ def car_csv_files(root: Path) -> List[Path]:
         raise FileNotFoundError(f'no CSV file or folder at {root}')
     with_vicon = []
     for path in candidates:
-        with open(path) as handle:
+        # errors='replace': a binary file named .csv has no Vicon header, it is not a crash
+        with open(path, encoding='utf-8-sig', errors='replace') as handle:
             if 'vicon time' in handle.readline():
                 with_vicon.append(path)
     if not with_vicon:
@@ -50,9 +62,17 @@ def car_csv_files(root: Path) -> List[Path]:
     return with_vicon
 
 
-def load_car_csvs(paths: Sequence[Path]) -> List[Trajectory]:
-    """Load every DART-style CSV file under the given files or folders."""
-    return [load_rc_car(f) for root in paths for f in car_csv_files(root)]
+def load_car_csvs(files: Sequence[Path]) -> List[Trajectory]:
+    """Load DART-style CSV files; a file that cannot be read is skipped with its reason."""
+    drives = []
+    for path in files:
+        try:
+            drives.append(load_rc_car(path))
+        except (ValueError, OSError) as error:
+            LOG.warning('skipping %s', error)
+    if not drives:
+        raise ValueError(f'none of the {len(files)} CSV files could be read (see the warnings)')
+    return drives
 
 
 def load_car_bags(paths: Sequence[Path], options: BagOptions = BagOptions(),
@@ -64,13 +84,37 @@ def load_car_bags(paths: Sequence[Path], options: BagOptions = BagOptions(),
             for path in paths]
 
 
-def load_car_drives(source: str, paths: Sequence[Path], options: BagOptions = BagOptions(),
-                    progress: bool = False) -> List[Trajectory]:
-    """Load drives of a user source: 'bag' (bag folders) or 'csv' (files or folder trees)."""
+def car_source_files(source: str, paths: Sequence[Path]) -> List[Path]:
+    """Return the recordings of a user source: bag folders, or the CSV files under paths."""
     if not paths:
         raise ValueError(f"source '{source}' needs data paths (--data)")
     if source == 'bag':
-        return load_car_bags(paths, options, progress)
-    if source == 'csv':
-        return load_car_csvs(paths)
-    raise ValueError(f"unknown user data source '{source}'; use 'bag' or 'csv'")
+        files = [Path(p) for p in paths]
+    elif source == 'csv':
+        files = [f for root in paths for f in car_csv_files(root)]
+    else:
+        raise ValueError(f"unknown user data source '{source}'; use 'bag' or 'csv'")
+    unique = {f.resolve(): f for f in files}   # a file named twice is one recording
+    return list(unique.values())
+
+
+def load_car_drives(source: str, paths: Sequence[Path], options: BagOptions = BagOptions(),
+                    progress: bool = False, exclude: Sequence[Path] = ()) -> List[Trajectory]:
+    """
+    Load drives of a user source: 'bag' (bag folders) or 'csv' (files or folder trees).
+
+    exclude: recordings never to load (the test files, which may lie inside a --data tree:
+    training on them would score the model on its own training data).
+    """
+    files = car_source_files(source, paths)
+    held = {Path(p).resolve() for p in exclude}
+    kept = [f for f in files if f.resolve() not in held]
+    if len(kept) < len(files):
+        LOG.warning('not training on %d test recording(s) found under the training data',
+                    len(files) - len(kept))
+    if not kept:
+        raise ValueError('every training recording is also a test recording; give other '
+                         '--data than --test-data')
+    if source == 'bag':
+        return load_car_bags(kept, options, progress)
+    return load_car_csvs(kept)

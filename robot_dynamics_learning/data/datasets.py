@@ -6,6 +6,7 @@ without either, a source checkout falls back to its trimmed fixtures (test/fixtu
 """
 import csv
 import json
+import logging
 import os
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -15,6 +16,11 @@ import numpy as np
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.resources import source_root
 from robot_dynamics_learning.signals.offline import savgol_derivative
+
+LOG = logging.getLogger(__name__)
+# The columns of a DART CSV that a car drive needs (the others, IMU and encoder, are unused).
+RC_CAR_COLUMNS = ('vicon time', 'vicon x', 'vicon y', 'vicon yaw', 'throttle', 'steering',
+                  'safety_value')
 
 KINOVA_JOINTS = [f'joint_{i}' for i in range(1, 8)]
 KINOVA_TRAIN_FILES = ('RunTrajectory1.csv', 'RecordTrajectory_quadratic.csv')
@@ -201,23 +207,54 @@ def load_rc_car(path: Path) -> Trajectory:
     """
     Load one DART RC-car CSV: Vicon pose (~100 Hz) and normalised commands.
 
-    observations are [x, y, yaw] (m, m, rad, yaw unwrapped); actions are [throttle in [0, 1],
-    steering in [-1, 1]] with throttle zeroed where safety_value == 0 (as the source's loader
-    does). Rows before the first Vicon sample and duplicated Vicon stamps are dropped.
+    observations are [x, y, yaw] (m, m, rad, yaw unwrapped over its finite values: one NaN
+    must not make every later yaw NaN); actions are [throttle in [0, 1], steering in [-1, 1]]
+    with throttle zeroed where safety_value == 0 (as the source's loader does). A user's file
+    is damaged in ordinary ways: rows that do not parse (a truncated last line) are skipped,
+    rows before the first Vicon sample and rows whose Vicon time does not move forward are
+    dropped, each counted in a warning. Non-finite values stay in for `car_dataset`, which
+    drops and counts them. ValueError if the file is not a Vicon recording.
     """
-    columns = _read_csv_columns(Path(path))
-    if 'vicon time' not in columns:
-        raise ValueError(f'{path}: no Vicon columns (IMU/encoder-only recording)')
-    time = columns['vicon time']
-    keep = np.concatenate([[True], np.diff(time) > 0]) & (time > 0)
-    throttle = np.where(columns['safety_value'] == 0, 0.0, columns['throttle'])
-    observations = np.stack([columns['vicon x'], columns['vicon y'],
-                             np.unwrap(columns['vicon yaw'])], axis=1)[keep]
-    actions = np.stack([throttle, columns['steering']], axis=1)[keep]
+    try:
+        with open(path, newline='', encoding='utf-8-sig') as handle:
+            reader = csv.reader(handle)
+            header = [name.strip() for name in next(reader, [])]
+            missing = [c for c in RC_CAR_COLUMNS if c not in header]
+            if missing:
+                raise ValueError(f'{path}: no column(s) {missing} (IMU/encoder-only recording?)')
+            columns = [header.index(c) for c in RC_CAR_COLUMNS]
+            rows, malformed = [], 0
+            for row in reader:
+                try:
+                    if row:
+                        rows.append([float(row[i]) for i in columns])
+                except (ValueError, IndexError):
+                    malformed += 1
+    except UnicodeDecodeError:
+        raise ValueError(f'{path}: not a text CSV file') from None
+    if not rows:
+        raise ValueError(f'{path}: no readable data rows ({malformed} malformed)')
+    time, x, y, yaw, throttle, steering, safety = np.array(rows).T
+    stamped = np.isfinite(time) & (time > 0)   # rows before the first Vicon sample: time 0
+    latest = np.maximum.accumulate(np.where(stamped, time, -np.inf))
+    keep = stamped & (time > np.concatenate([[-np.inf], latest[:-1]]))
+    skipped = {'malformed rows': malformed,
+               'rows without a finite time': int((~np.isfinite(time)).sum()),
+               'rows with a repeated or backwards time': int((stamped & ~keep).sum())}
+    if any(skipped.values()):
+        LOG.warning('%s: skipped %s', path,
+                    ', '.join(f'{n} {k}' for k, n in skipped.items() if n))
+    if keep.sum() < 2:
+        raise ValueError(f'{path}: fewer than two rows with a Vicon time')
+    yaw = yaw[keep]
+    finite = np.isfinite(yaw)
+    yaw[finite] = np.unwrap(yaw[finite])
     time = time[keep]
-    return Trajectory(time=time - time[0], observations=observations, actions=actions,
-                      units={'observations': 'm, m, rad', 'actions': 'throttle [0,1], '
-                             'steering [-1,1]'},
+    return Trajectory(time=time - time[0], observations=np.stack([x[keep], y[keep], yaw], 1),
+                      actions=np.stack([np.where(safety == 0, 0.0, throttle)[keep],
+                                        steering[keep]], 1),
+                      units={'observations': 'm, m, rad',
+                             'actions': 'throttle [0,1], steering [-1,1]'},
                       source=str(path))
 
 

@@ -1,0 +1,203 @@
+"""A user's damaged car recordings: each is read as far as it is usable, or named in one line."""
+import logging
+
+import numpy as np
+import pytest
+from robot_dynamics_learning.cli import build_parser, main
+from robot_dynamics_learning.control.car_training import car_data, StopRule, train_car
+from robot_dynamics_learning.data import bag_io
+from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset
+from robot_dynamics_learning.data.car_sources import BagOptions, load_car_drives
+from robot_dynamics_learning.data.messages import CommandMapping, JOY, POSE_STAMPED
+from robot_dynamics_learning.data.trajectory import Trajectory
+import torch
+
+HEADER = ('elapsed time sensors,current,voltage,acc x (IMU),acc y (IMU),W (IMU),vel encoder,'
+          'safety_value,throttle,steering,vicon time,vicon x,vicon y,vicon yaw')
+BAG_ARGS = ['--source', 'bag', '--pose-topic', '/pose', '--command-topic', '/joy',
+            '--throttle-axis', '1', '--steering-axis', '0']
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
+
+
+def circle(seconds: float, rate_hz: float, phase: float = 0.0) -> Trajectory:
+    """Drive a 2 m circle at 1 m/s, sampled at rate_hz (wrapped yaw, as mocap sends it)."""
+    t = np.arange(0.0, seconds, 1.0 / rate_hz)
+    angle = 0.5 * t + phase
+    poses = np.stack([2 * np.cos(angle), 2 * np.sin(angle),
+                      np.angle(np.exp(1j * (angle + np.pi / 2)))], 1)
+    actions = np.stack([0.3 + 0.1 * np.sin(t), 0.2 + 0.1 * np.cos(0.7 * t)], 1)
+    return Trajectory(time=t, observations=poses, actions=actions)
+
+
+def rows_of(drive: Trajectory) -> np.ndarray:
+    """Return the (n, 14) rows of a DART CSV of `drive` (damage them before `write_csv`)."""
+    rows = np.zeros((len(drive), 14))
+    rows[:, 7] = 1.0
+    rows[:, 8:10] = drive.actions
+    rows[:, 10] = drive.time + 1.7e9
+    rows[:, 11:14] = drive.observations
+    return rows
+
+
+def write_csv(path, rows: np.ndarray):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('\n'.join([HEADER] + [','.join(repr(float(v)) for v in r) for r in rows])
+                    + '\n')
+    return path
+
+
+def write_bag(path, drive: Trajectory, command_type: str = JOY, pressed: bool = True,
+              broken=lambda i, position, quaternion: (position, quaternion)):
+    """Poses on /pose, commands on /joy (Joy: axis 1 throttle, axis 0 steering, button 2)."""
+    quaternions = bag_io.quaternion_from_yaw(drive.observations[:, 2])
+    with bag_io.BagWriter(path, 'sqlite3') as bag:
+        for i, t in enumerate(drive.time):
+            t_ns = bag_io.EPOCH_NS + int(round(t * 1e9))
+            position, quaternion = broken(i, (*drive.observations[i, :2], 0.0), quaternions[i])
+            bag.write('/pose', POSE_STAMPED, t_ns, bag.pose_stamped(t_ns, position, quaternion))
+            if command_type == JOY:
+                axes = np.array([drive.actions[i, 1], drive.actions[i, 0]], np.float32)
+                bag.write('/joy', JOY, t_ns, bag._types[JOY](
+                    header=bag.header(t_ns), axes=axes,
+                    buttons=np.array([0, 0, int(pressed)], np.int32)))
+            else:
+                bag.write('/joy', POSE_STAMPED, t_ns, bag.pose_stamped(t_ns, position,
+                                                                       quaternion))
+    return path
+
+
+def test_one_nan_yaw_in_a_csv_costs_one_row_not_the_rest_of_the_file(tmp_path):
+    rows = rows_of(circle(40, 100))
+    rows[1000, 13] = np.nan
+    drives = load_car_drives('csv', [write_csv(tmp_path / 'a.csv', rows)])
+    data = car_dataset(drives, 0.05)
+    # unwrapping the yaw before dropping the NaN turned every later yaw into NaN
+    assert data.info['dropped_non_finite'] == 1
+    assert data.duration_s > 35
+
+
+def test_damaged_files_among_good_ones_are_skipped_with_their_reason(tmp_path, caplog):
+    write_csv(tmp_path / 'set' / 'csv' / 'good.csv', rows_of(circle(30, 100)))
+    truncated = write_csv(tmp_path / 'set' / 'csv' / 'truncated.csv',
+                          rows_of(circle(30, 100, 1.0)))
+    truncated.write_text(truncated.read_text()[:-25])   # recording cut off mid-line
+    (tmp_path / 'set' / 'text.csv').write_text(HEADER + '\n1,2,3\nabc,def\n')
+    (tmp_path / 'set' / 'header_only.csv').write_text(HEADER + '\n')
+    (tmp_path / 'set' / 'binary.csv').write_bytes(bytes(range(256)) * 8)
+    with caplog.at_level(logging.WARNING):
+        drives = load_car_drives('csv', [tmp_path])
+    assert sorted(len(d) for d in drives) == [2999, 3000]
+    assert 'text.csv' in caplog.text and 'header_only.csv' in caplog.text
+    assert '1 malformed rows' in caplog.text
+    (tmp_path / 'set' / 'csv' / 'good.csv').unlink()
+    truncated.unlink()
+    with pytest.raises(ValueError, match='none of the 2 CSV files'):
+        load_car_drives('csv', [tmp_path])
+
+
+def test_csv_time_going_backwards_or_repeating_drops_those_rows(tmp_path, caplog):
+    rows = rows_of(circle(30, 100))
+    rows[1500:1510, 10] -= 0.5
+    rows[2000, 10] = rows[1999, 10]
+    with caplog.at_level(logging.WARNING):
+        drives = load_car_drives('csv', [write_csv(tmp_path / 'a.csv', rows)])
+    assert len(drives[0]) == 3000 - 11
+    assert '11 rows with a repeated or backwards time' in caplog.text
+
+
+def test_each_drive_gets_the_gap_threshold_of_its_own_sample_rate():
+    fast, slow = circle(30, 240), circle(30, 20, 1.0)
+    data = car_dataset([fast, slow], 0.05)
+    # the 240 Hz drives' 0.05 s threshold cut the 20 Hz drive at every sample
+    assert data.duration_s > 55
+    assert data.info['rate_hz_min'] == pytest.approx(20, rel=0.01)
+    assert data.info['rate_hz_max'] == pytest.approx(240, rel=0.01)
+
+
+def test_blocks_of_training_data_never_join_two_drives():
+    observations = np.zeros((200, 6))
+    observations[100:, 0] = 50.0   # the second drive starts 50 m away
+    data = CarDataset(observations, np.zeros((200, 2)), 0.05, [(0, 100), (100, 200)])
+    rest, held = data.split_blocks(1.0, 5, 2)
+    batch = rest.transitions()
+    jumps = (batch.targets[:, 0, 0] - batch.observations[:, 0, 0]).abs() > 1
+    assert not bool(jumps.any())
+    assert len(rest.observations) + len(held.observations) == 200
+
+
+def test_test_files_inside_the_training_tree_are_never_trained_on(tmp_path, caplog):
+    write_csv(tmp_path / 'tree' / 'a.csv', rows_of(circle(30, 100)))
+    test_file = write_csv(tmp_path / 'tree' / 'b.csv', rows_of(circle(30, 100, 2.0)))
+    with caplog.at_level(logging.WARNING):
+        train, test = car_data('csv', 0.05, paths=[tmp_path / 'tree'], test_paths=[test_file])
+    rows = {tuple(np.round(o, 9)) for o in train.observations}
+    assert not any(tuple(np.round(o, 9)) in rows for o in test.observations)
+    assert 'not training on 1 test recording' in caplog.text
+    with pytest.raises(ValueError, match='also a test recording'):
+        car_data('csv', 0.05, paths=[test_file], test_paths=[test_file])
+
+
+def test_a_20_s_recording_trains_and_scores_and_5_s_is_refused_up_front(tmp_path):
+    recording = write_csv(tmp_path / 'a.csv', rows_of(circle(20, 100)))
+    train, test = car_data('csv', 0.05, paths=[recording])
+    # held blocks of 1 s had no 1 s window: the scores crashed after training
+    _, metrics = train_car('car_bicycle', train, test, epochs=1)
+    assert metrics['windows'] > 0
+    with pytest.raises(ValueError, match='too little to hold back'):
+        car_data('csv', 0.05, paths=[write_csv(tmp_path / 'b.csv', rows_of(circle(5, 100)))])
+    short_test = car_dataset([circle(1.0, 100)], 0.05)
+    with pytest.raises(ValueError, match='no unbroken 1 s of driving'):
+        train_car('car_bicycle', train, short_test, rule=StopRule(max_epochs=1))
+
+
+@pytest.mark.parametrize('command_type, pose_topic, expected', [
+    (POSE_STAMPED, '/pose', "command topic '/joy' is geometry_msgs/msg/PoseStamped"),
+    (JOY, '/joy', "pose topic '/joy' is sensor_msgs/msg/Joy")])
+def test_a_topic_of_the_wrong_type_is_a_one_line_error(tmp_path, capsys, command_type,
+                                                       pose_topic, expected):
+    bag = write_bag(tmp_path / 'bag', circle(4, 100), command_type)
+    args = [a if a != '/pose' else pose_topic for a in BAG_ARGS]
+    assert main(['car', 'train', *args, '--data', str(bag), '--epochs', '1',
+                 '--out', str(tmp_path / 'm.pt')]) == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / 'm.pt').exists()
+
+
+def test_a_safety_button_never_held_is_named_not_trained_as_coasting(tmp_path, capsys):
+    bag = write_bag(tmp_path / 'bag', circle(4, 100), pressed=False)
+    assert main(['car', 'train', *BAG_ARGS, '--safety-button', '2', '--data', str(bag),
+                 '--epochs', '1', '--out', str(tmp_path / 'm.pt')]) == 2
+    assert 'safety button 2 is never held' in capsys.readouterr().err
+
+
+def test_rejected_poses_are_logged_with_their_counts(tmp_path, caplog):
+    def broken(i, position, quaternion):
+        if i % 10 == 3:
+            return (np.nan, 0.0, 0.0), quaternion
+        return position, np.zeros(4) if i % 10 == 7 else quaternion
+
+    bag = write_bag(tmp_path / 'bag', circle(4, 100), broken=broken)
+    with caplog.at_level(logging.WARNING):
+        drives = load_car_drives('bag', [bag],
+                                 BagOptions('/pose', '/joy', CommandMapping(1, 0)))
+    assert len(drives[0]) == 320
+    assert '40 non_finite' in caplog.text and '40 bad_quaternion' in caplog.text
+
+
+def test_a_file_given_as_a_bag_is_a_one_line_error(tmp_path, capsys):
+    not_a_bag = write_csv(tmp_path / 'a.csv', rows_of(circle(4, 100)))
+    assert main(['car', 'train', *BAG_ARGS, '--data', str(not_a_bag), '--epochs', '1',
+                 '--out', str(tmp_path / 'm.pt')]) == 2
+    assert 'cannot read bag' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('option, value', [
+    ('--threads', '0'), ('--epochs', '0'), ('--epochs', '-1'), ('--safety-button', '-1'),
+    ('--wheelbase', '0'), ('--wheelbase', '-0.2'), ('--h', 'nan'), ('--max-speed', '0')])
+def test_settings_that_could_only_fail_late_or_silently_are_refused_at_once(option, value):
+    with pytest.raises(SystemExit):
+        build_parser('car').parse_args(['car', 'train', '--out', 'm.pt', option, value])
