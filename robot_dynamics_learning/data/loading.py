@@ -105,6 +105,25 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
     derivatives of q / qd over `derivative_window_s`. Raises ValueError naming the source on
     a missing, doubly used or non-numeric column, a bad time or dt, or no usable rows.
     """
+    arrays, time, bad_time = _field_arrays(table, columns, dt, source)
+    bad = _skipped_rows(arrays, bad_time, source)
+    check_time(time[~bad], source)
+    needs_derivative = ('q' in arrays and 'qd' not in arrays) or \
+        ('qdd' not in arrays and ('qd' in arrays or 'q' in arrays))
+    pieces = _usable_pieces(time, bad, derivative_window_s if needs_derivative else None,
+                            source)
+    whole = len(pieces) == 1 and pieces[0] == (0, time.size)
+    return [trajectory_from_arrays(time[a:b], joint_names=joint_names,
+                                   derivative_window_s=derivative_window_s,
+                                   source=source if whole else f'{source}[{a}:{b}]',
+                                   **{f: v[a:b] for f, v in arrays.items()})
+            for a, b in pieces]
+
+
+def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec],
+                  dt: Optional[float], source: str
+                  ) -> Tuple[Dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Return ({field: (T, k)} without time, time (T,), rows whose time is not finite)."""
     if dt is not None and not (math.isfinite(dt) and dt > 0):
         raise ValueError(f'{source}: dt must be a positive number of seconds, got {dt}')
     if dt is not None and columns and 'time' in columns:
@@ -138,34 +157,49 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
             raise ValueError(f'{source}: time must be one column, {spec["time"]} matches '
                              f'{[n for n, f in owner.items() if f == "time"]}')
         time = arrays.pop('time')[:, 0]
-        bad_time = ~np.isfinite(time)
-    elif dt is not None:
-        time, bad_time = np.arange(rows) * float(dt), np.zeros(rows, dtype=bool)
-    else:
+        return arrays, time, ~np.isfinite(time)
+    if dt is None:
         raise ValueError(f'{source}: give a time column or a positive dt')
+    return arrays, np.arange(rows) * float(dt), np.zeros(rows, dtype=bool)
+
+
+def _skipped_rows(arrays: Mapping[str, np.ndarray], bad_time: np.ndarray,
+                  source: str) -> np.ndarray:
+    """Return the rows holding NaN, inf or |value| > float32's largest; log their counts."""
     bad_cells = {field: ~(np.abs(array) <= FLOAT32_MAX) for field, array in arrays.items()}
     bad = bad_time | np.any([b.any(axis=1) for b in bad_cells.values()], axis=0)
     if bad.any():
         counts = {'time': int(bad_time.sum()), **{f: int(b.sum()) for f, b in bad_cells.items()}}
         LOG.warning('%s: skipped %d of %d rows holding NaN, inf or |value| > %.3g (cells: %s); '
-                    'first at data row %d', source, int(bad.sum()), rows, FLOAT32_MAX,
+                    'first at data row %d', source, int(bad.sum()), bad.size, FLOAT32_MAX,
                     {f: n for f, n in counts.items() if n}, int(np.argmax(bad)))
-    check_time(time[~bad], source)
-    needs_derivative = 'q' in arrays and 'qd' not in arrays or \
-        'qdd' not in arrays and ('qd' in arrays or 'q' in arrays)
-    pieces = [(a, b) for a, b in _pieces(time, bad)
-              if b - a >= (_derivative_rows(time[a:b], derivative_window_s)
-                           if needs_derivative else MIN_ROWS)]
-    kept = sum(b - a for a, b in pieces)
-    if kept < int((~bad).sum()):
+    return bad
+
+
+def _usable_pieces(time: np.ndarray, bad: np.ndarray, derivative_window_s: Optional[float],
+                   source: str) -> List[Tuple[int, int]]:
+    """
+    Row ranges between skipped rows and time gaps, long enough to differentiate; logged.
+
+    derivative_window_s: the window of a derivative still to take (None: none is taken).
+    """
+    def long_enough(a: int, b: int) -> bool:
+        if derivative_window_s is None:
+            return b - a >= MIN_ROWS
+        return b - a >= _derivative_rows(time[a:b], derivative_window_s)
+
+    pieces = [(a, b) for a, b in _pieces(time, bad) if long_enough(a, b)]
+    valid, kept = int((~bad).sum()), sum(b - a for a, b in pieces)
+    if kept < valid:
         LOG.warning('%s: dropped %d valid rows in pieces too short to differentiate (cut at '
-                    'skipped rows or time gaps over %g periods)', source,
-                    int((~bad).sum()) - kept, GAP_PERIODS)
+                    'skipped rows or time gaps over %g periods)', source, valid - kept,
+                    GAP_PERIODS)
     if not pieces:
-        raise ValueError(f'{source}: no usable stretch of rows ({rows} rows, {int(bad.sum())} '
-                         'skipped); a recording needs a few contiguous valid rows (more than '
-                         f'the {derivative_window_s} s derivative window where qd or qdd is '
-                         'derived)')
+        needed = (f'more than the {derivative_window_s} s window of the qd / qdd derivative'
+                  if derivative_window_s is not None else f'at least {MIN_ROWS}')
+        raise ValueError(f'{source}: no usable stretch of rows ({bad.size} rows, '
+                         f'{int(bad.sum())} skipped); a recording needs contiguous valid rows, '
+                         f'{needed}')
     if len(pieces) > 1:
         LOG.warning('%s: cut into %d pieces at skipped rows or time gaps over %g periods',
                     source, len(pieces), GAP_PERIODS)
@@ -173,12 +207,7 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
     if steps.size and steps.max() > IRREGULAR_PERIODS * steps.min():
         LOG.warning('%s: irregular sampling, periods %.3g to %.3g s; derivatives assume the '
                     'median %.3g s', source, steps.min(), steps.max(), np.median(steps))
-    whole = len(pieces) == 1 and pieces[0] == (0, rows)
-    return [trajectory_from_arrays(time[a:b], joint_names=joint_names,
-                                   derivative_window_s=derivative_window_s,
-                                   source=source if whole else f'{source}[{a}:{b}]',
-                                   **{f: v[a:b] for f, v in arrays.items()})
-            for a, b in pieces]
+    return pieces
 
 
 def _derivative_rows(time: np.ndarray, window_s: float) -> int:
