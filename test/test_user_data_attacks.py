@@ -150,11 +150,32 @@ def test_cli_trains_on_a_file_with_nan_rows(tmp_path, caplog):
     assert all(torch.isfinite(v).all() for v in tensors if v.is_floating_point())
 
 
-def test_a_bag_is_split_like_files_not_scored_on_its_training_rows(tmp_path, monkeypatch):
+def test_a_bag_is_split_like_files_not_scored_on_its_training_rows(tmp_path):
     time = np.arange(500) * 0.002
     recording = Trajectory(time=time, joint_names=['a'], q=np.sin(time)[:, None],
-                           qd=np.cos(time)[:, None], tau=np.sin(time)[:, None], source='bag')
-    monkeypatch.setattr(bag_io, 'read_trajectory', lambda *args, **kwargs: recording)
-    train, test = learning_cli.load_data([str(tmp_path)], {})
+                           qd=np.cos(time)[:, None], tau=np.sin(time)[:, None], source='run')
+    bag_io.write_joint_trajectories(tmp_path / 'bag', [recording], storage='sqlite3')
+    train, test = learning_cli.load_data([str(tmp_path / 'bag')], {})
     assert sum(len(t) for t in train) == 400 and sum(len(t) for t in test) == 100
     assert train[0].time[-1] < test[0].time[0]
+
+
+@pytest.mark.parametrize('split', ['time:0.5', 'blocks:100:2'])
+def test_derivatives_of_the_training_side_never_see_a_test_sample(tmp_path, split):
+    # q is derived to qd / qdd (zero phase, 31 ms): taken before the split, the training rows
+    # next to a test block would carry derivatives of the test block's samples.
+    path = _csv(tmp_path / 'run.csv', rows=400, joints=1)
+    changed = _csv(tmp_path / 'changed.csv', rows=400, joints=1)
+    train, test = learning_cli.load_data([str(path)], {}, split)
+    table = read_table(changed)
+    tested = np.zeros(400, dtype=bool)
+    for piece in test:
+        tested[np.searchsorted(table['time'], piece.time)] = True
+    table['q_0'][tested] += 1.0   # another motion on the test side only
+    np.savetxt(changed, np.column_stack(list(table.values())), delimiter=',',
+               header=','.join(table), comments='')
+    train_changed, _ = learning_cli.load_data([str(changed)], {}, split)
+    assert len(train) == len(train_changed)
+    for before, after in zip(train, train_changed):
+        np.testing.assert_array_equal(before.qd, after.qd)
+        np.testing.assert_array_equal(before.qdd, after.qdd)

@@ -93,7 +93,7 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
                             columns: Optional[ColumnSpec] = None, dt: Optional[float] = None,
                             joint_names: Optional[Sequence[str]] = None,
                             derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S,
-                            source: str = 'table') -> List[Trajectory]:
+                            source: str = 'table', derive: bool = True) -> List[Trajectory]:
     """
     Build the contiguous pieces of a recording as `Trajectory`s from columns (T,) or (T, k).
 
@@ -102,21 +102,22 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
     counted in a warning; the recording is cut there and at time steps over `GAP_PERIODS`
     median periods, so that no derivative, window or previous torque bridges a hole. Pieces
     too short to differentiate are dropped (logged). Missing qd / qdd are the Savitzky-Golay
-    derivatives of q / qd over `derivative_window_s`. Raises ValueError naming the source on
-    a missing, doubly used or non-numeric column, a bad time or dt, or no usable rows.
+    derivatives of q / qd over `derivative_window_s` (with `derive` False they stay missing,
+    for `derive_missing` after a split: a zero-phase derivative taken before it would let
+    the rows next to a boundary see samples across it). Raises ValueError naming the source
+    on a missing, doubly used or non-numeric column, a bad time or dt, or no usable rows.
     """
     arrays, time, bad_time = _field_arrays(table, columns, dt, source)
     bad = _skipped_rows(arrays, bad_time, source)
     check_time(time[~bad], source)
-    needs_derivative = ('q' in arrays and 'qd' not in arrays) or \
-        ('qdd' not in arrays and ('qd' in arrays or 'q' in arrays))
+    needs_derivative = _needs_derivative(*(arrays.get(f) for f in ('q', 'qd', 'qdd')))
     pieces = _usable_pieces(time, bad, derivative_window_s if needs_derivative else None,
                             source)
     whole = len(pieces) == 1 and pieces[0] == (0, time.size)
     return [trajectory_from_arrays(time[a:b], joint_names=joint_names,
                                    derivative_window_s=derivative_window_s,
                                    source=source if whole else f'{source}[{a}:{b}]',
-                                   **{f: v[a:b] for f, v in arrays.items()})
+                                   derive=derive, **{f: v[a:b] for f, v in arrays.items()})
             for a, b in pieces]
 
 
@@ -210,6 +211,26 @@ def _usable_pieces(time: np.ndarray, bad: np.ndarray, derivative_window_s: Optio
     return pieces
 
 
+def _needs_derivative(q: Optional[np.ndarray], qd: Optional[np.ndarray],
+                      qdd: Optional[np.ndarray]) -> bool:
+    """Return whether qd or qdd is missing and can be derived from q or qd."""
+    return (qd is None and q is not None) or (qdd is None and (qd is not None or
+                                                               q is not None))
+
+
+def derive_missing(trajectory: Trajectory,
+                   derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S) -> Trajectory:
+    """Return `trajectory` with missing qd / qdd derived on its own samples only."""
+    if not _needs_derivative(trajectory.q, trajectory.qd, trajectory.qdd):
+        return trajectory
+    derived = trajectory_from_arrays(
+        trajectory.time, **{f: getattr(trajectory, f) for f in Trajectory.ARRAY_FIELDS},
+        joint_names=trajectory.joint_names, derivative_window_s=derivative_window_s,
+        source=trajectory.source)
+    derived.units = dict(trajectory.units)
+    return derived
+
+
 def _derivative_rows(time: np.ndarray, window_s: float) -> int:
     """Rows the Savitzky-Golay derivative of `savgol_derivative` needs at this sample rate."""
     if time.size < 2:
@@ -243,12 +264,14 @@ def trajectory_from_arrays(time: np.ndarray, q: Optional[np.ndarray] = None,
                            actions: Optional[np.ndarray] = None,
                            joint_names: Optional[Sequence[str]] = None,
                            derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S,
-                           source: str = 'arrays') -> Trajectory:
+                           source: str = 'arrays', derive: bool = True) -> Trajectory:
     """Return a validated `Trajectory`, deriving qd from q and qdd from qd where missing."""
     time = np.asarray(time, dtype=np.float64)
     check_time(time, source)   # before the derivatives divide by its period
-    if time.size > 1 and (qd is None and q is not None or qdd is None and
-                          (qd is not None or q is not None)):
+    if derive and _needs_derivative(q, qd, qdd):
+        if time.size < _derivative_rows(time, derivative_window_s):
+            raise ValueError(f'{source}: {time.size} samples are too few to derive qd / qdd '
+                             f'over {derivative_window_s} s (after a split: use larger blocks)')
         period = float(np.median(np.diff(time)))
         if qd is None and q is not None:
             qd = savgol_derivative(np.asarray(q, np.float64), period, derivative_window_s,
@@ -314,11 +337,11 @@ def _is_number(text: str) -> bool:
 
 def load_trajectories(path: Union[str, Path], columns: Optional[ColumnSpec] = None,
                       dt: Optional[float] = None, joint_names: Optional[Sequence[str]] = None,
-                      derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S
-                      ) -> List[Trajectory]:
+                      derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S,
+                      derive: bool = True) -> List[Trajectory]:
     """Load one CSV or npz recording as its contiguous pieces (`trajectories_from_table`)."""
     return trajectories_from_table(read_table(path), columns, dt, joint_names,
-                                   derivative_window_s, source=str(path))
+                                   derivative_window_s, source=str(path), derive=derive)
 
 
 def load_trajectory(path: Union[str, Path], columns: Optional[ColumnSpec] = None,

@@ -13,12 +13,12 @@ import argparse
 import json
 from pathlib import Path
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.data import datasets
-from robot_dynamics_learning.data.loading import (load_trajectories, parse_columns,
-                                                  trajectories_from_table)
-from robot_dynamics_learning.data.splits import parse_split
+from robot_dynamics_learning.data.loading import (derive_missing, load_trajectories,
+                                                  parse_columns, trajectories_from_table)
+from robot_dynamics_learning.data.splits import parse_split, Split
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
                                                   forward_dynamics_windows,
@@ -82,13 +82,15 @@ def load_config(path: Path) -> Dict[str, Any]:
     return config
 
 
-def load_split(data: str, split: str, data_config: Dict[str, Any]) -> List[Trajectory]:
+def load_split(data: str, split: str, data_config: Dict[str, Any],
+               derive: bool = True) -> List[Trajectory]:
     """
     Return the trajectories of `split` ('train' or 'test') of a dataset name or bag folder.
 
     kinova: identification files / validation files; pneumatic: `datasets.split_pneumatic`
     (first 80 % / last 20 % of episodes in sorted order); schunk: `datasets.split_schunk`
-    (every fifth run from the third tests); a bag: the whole recording for both.
+    (every fifth run from the third tests); a bag: the whole recording for both, its
+    missing qd / qdd left to `derive_missing` unless `derive`.
     """
     if split not in ('train', 'test'):
         raise ValueError(f"split must be 'train' or 'test', got '{split}'")
@@ -112,9 +114,8 @@ def load_split(data: str, split: str, data_config: Dict[str, Any]) -> List[Traje
              if getattr(trajectory, name) is not None}
     pieces = trajectories_from_table(
         table, {name: name for name in table}, joint_names=trajectory.joint_names,
-        derivative_window_s=float(data_config.get('acc_window_s',
-                                                  datasets.KINOVA_ACC_WINDOW_S)),
-        source=trajectory.source)
+        derivative_window_s=_derivative_window(data_config), source=trajectory.source,
+        derive=derive)
     for piece in pieces:
         piece.units = dict(trajectory.units)
     return pieces
@@ -138,18 +139,38 @@ def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[
         if twice:   # its rows could land on both sides of a blocks split
             raise ValueError(f'files given more than once: {twice}')
         spec = parse_columns(columns) if columns else None
-        window = float(data_config.get('acc_window_s', datasets.KINOVA_ACC_WINDOW_S))
         splitter = parse_split(split or 'time:0.8')
-        trajectories = [piece for item in data for piece in
-                        load_trajectories(item, spec, dt, derivative_window_s=window)]
+        trajectories = [piece for item in data for piece in load_trajectories(
+            item, spec, dt, derivative_window_s=_derivative_window(data_config), derive=False)]
         _check_same_widths(trajectories)
-        return splitter(trajectories)
+        return _split_then_derive(trajectories, splitter, data_config)
     if len(data) != 1:
         raise ValueError(f'give one dataset name or bag, or only CSV / npz files; got {data}')
     if data[0] not in DATASETS:   # a bag: read once, split like files
-        return parse_split(split or 'time:0.8')(load_split(data[0], 'train', data_config))
+        return _split_then_derive(load_split(data[0], 'train', data_config, derive=False),
+                                  parse_split(split or 'time:0.8'), data_config)
     train, test = (load_split(data[0], name, data_config) for name in ('train', 'test'))
     return (train, test) if split is None else parse_split(split)(train + test)
+
+
+def _derivative_window(data_config: Dict[str, Any]) -> float:
+    """Return the Savitzky-Golay window (s) that derives a user's missing qd / qdd."""
+    return float(data_config.get('acc_window_s', datasets.KINOVA_ACC_WINDOW_S))
+
+
+def _split_then_derive(trajectories: List[Trajectory],
+                       splitter: Callable[[Sequence[Trajectory]], Split],
+                       data_config: Dict[str, Any]) -> Split:
+    """
+    Split raw recordings, then derive missing qd / qdd on each side's pieces.
+
+    A zero-phase derivative taken before the split would give the training rows next to a
+    test block derivatives of the test block's samples (half the window on each side).
+    """
+    window = _derivative_window(data_config)
+    train, test = splitter(trajectories)
+    return ([derive_missing(t, window) for t in train],
+            [derive_missing(t, window) for t in test])
 
 
 def _check_same_widths(trajectories: Sequence[Trajectory]) -> None:
