@@ -4,7 +4,9 @@ import logging
 import numpy as np
 import pytest
 from robot_dynamics_learning.cli import build_parser, main
-from robot_dynamics_learning.control.car_training import car_data, StopRule, train_car
+from robot_dynamics_learning.control.car_training import (car_data, HOLD_EVERY,
+                                                          hold_out_blocks, StopRule,
+                                                          train_car)
 from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset
 from robot_dynamics_learning.data.car_sources import BagOptions, load_car_drives
@@ -127,6 +129,26 @@ def test_blocks_of_training_data_never_join_two_drives():
     jumps = (batch.targets[:, 0, 0] - batch.observations[:, 0, 0]).abs() > 1
     assert not bool(jumps.any())
     assert len(rest.observations) + len(held.observations) == 200
+
+
+@pytest.mark.parametrize('rate_hz', [100, 20])
+def test_training_states_never_carry_a_held_out_pose(rate_hz):
+    # States are smoothed (zero phase) before blocks are held out: the training states next
+    # to a held block must not change when the poses inside that block do.
+    drive = circle(60, rate_hz)
+    data = car_dataset([drive], 0.05)
+    assert data.segments == [(0, len(data.observations))]   # state i is at t0 + 0.05 i
+    rest, held = hold_out_blocks(data, HOLD_EVERY - 1)
+    steps = held.segments[0][1] - held.segments[0][0]    # 3 s blocks: every 5th held
+    moved = Trajectory(time=drive.time, observations=drive.observations.copy(),
+                       actions=drive.actions)
+    for k in range(HOLD_EVERY - 1, len(data.observations) // steps, HOLD_EVERY):
+        first, last = drive.time[0] + 0.05 * np.array([k * steps, (k + 1) * steps - 1])
+        moved.observations[(drive.time >= first) & (drive.time <= last), 0] += 0.01
+    moved_rest, moved_held = hold_out_blocks(car_dataset([moved], 0.05), HOLD_EVERY - 1)
+    assert not np.array_equal(moved_held.observations, held.observations)
+    assert moved_rest.segments == rest.segments
+    np.testing.assert_array_equal(moved_rest.observations, rest.observations)
 
 
 def test_test_files_inside_the_training_tree_are_never_trained_on(tmp_path, caplog):

@@ -41,15 +41,30 @@ EVAL_HORIZON_S = 1.0
 MIN_BLOCK_S = 1.5 * EVAL_HORIZON_S
 
 
+def smoothing_guard(data: CarDataset) -> int:
+    """
+    Model steps a held block's neighbours lose: half the smoothing window plus one pose.
+
+    The states are smoothed and differentiated (zero phase, `car_dataset`) before blocks
+    are held out; without the guard the training states next to a held block would carry
+    its poses.
+    """
+    window_s = float(data.info.get('window_s', 0.0))
+    rate_hz = float(data.info.get('rate_hz_min', data.info.get('rate_hz', 0.0)) or 0.0)
+    reach_s = window_s / 2.0 + (1.0 / rate_hz if rate_hz > 0 else 0.0)
+    return int(math.ceil(reach_s / data.h - 1e-9)) if window_s > 0 else 0
+
+
 def hold_out_blocks(data: CarDataset, offset: int) -> Tuple[CarDataset, CarDataset]:
     """
     Return (rest, held): every HOLD_EVERY-th block of driving held back.
 
     Blocks are 5 s long, shorter (down to MIN_BLOCK_S) on recordings under 100 s so that
-    even a one-minute drive gives several held blocks in different situations.
+    even a one-minute drive gives several held blocks in different situations. The rest
+    loses `smoothing_guard` steps next to each held block.
     """
     block_s = min(5.0, max(MIN_BLOCK_S, data.duration_s / 20.0))
-    rest, held = data.split_blocks(block_s, HOLD_EVERY, offset)
+    rest, held = data.split_blocks(block_s, HOLD_EVERY, offset, smoothing_guard(data))
     if len(held.segments) == 0 or len(rest.segments) == 0:
         raise ValueError(f'{data.duration_s:.1f} s of driving is too little to hold back '
                          f'blocks of {block_s:g} s (need at least '

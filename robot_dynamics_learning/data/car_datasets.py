@@ -80,23 +80,32 @@ class CarDataset:
         return CarDataset(self.observations[index], self.actions[index], self.h,
                           list(zip(bounds[:-1].tolist(), bounds[1:].tolist())), self.info)
 
-    def split_blocks(self, block_s: float, every: int, offset: int
+    def split_blocks(self, block_s: float, every: int, offset: int, guard: int = 0
                      ) -> Tuple['CarDataset', 'CarDataset']:
         """
         Return (rest, held) where held is every `every`-th block of `block_s` seconds.
 
         Blocks are counted along each drive; block k is held when k % every == offset.
         Whole blocks keep open-loop windows inside one split: no held sample is trained on.
+        guard: steps of the rest dropped next to each held block, so that states smoothed
+        over a window (zero phase) on the rest's side never saw a held pose.
         """
-        if block_s <= 0 or every < 2 or not 0 <= offset < every:
-            raise ValueError(f'need block_s > 0, every >= 2, 0 <= offset < every; got '
-                             f'{block_s}, {every}, {offset}')
+        if block_s <= 0 or every < 2 or not 0 <= offset < every or guard < 0:
+            raise ValueError(f'need block_s > 0, every >= 2, 0 <= offset < every, guard >= 0; '
+                             f'got {block_s}, {every}, {offset}, {guard}')
         steps = max(2, int(round(block_s / self.h)))
         rest, held = [], []
         for a, b in self.segments:
+            blocks = [(start, min(start + steps, b)) for start in range(a, b, steps)]
+            is_held = [k % every == offset for k in range(len(blocks))]
             kept = []
-            for k, start in enumerate(range(a, b, steps)):
-                (held if k % every == offset else kept).append((start, min(start + steps, b)))
+            for k, (start, stop) in enumerate(blocks):
+                if is_held[k]:
+                    held.append((start, stop))
+                    continue
+                start += guard if k > 0 and is_held[k - 1] else 0
+                stop -= guard if k + 1 < len(blocks) and is_held[k + 1] else 0
+                kept.append((start, stop))
             rest += _merge(kept)   # per drive: the next drive's first block never joins it
         return self.subset(rest), self.subset(held)
 
