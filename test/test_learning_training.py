@@ -178,8 +178,8 @@ def test_rdl_train_and_evaluate_on_the_pneumatic_arm(tmp_path, capsys):
 
 
 def test_schunk_split_tests_inside_the_training_joint_ranges():
-    train = cli_module.load_split('schunk', 'train', {})
-    test = cli_module.load_split('schunk', 'test', {})
+    train = cli_module.load_split('schunk', 'train')
+    test = cli_module.load_split('schunk', 'test')
     runs = datasets.load_schunk()
     assert len(train) + len(test) == len(runs) and len(test) == (len(runs) + 2) // 5
     assert {t.source for t in train}.isdisjoint(t.source for t in test)

@@ -82,15 +82,13 @@ def load_config(path: Path) -> Dict[str, Any]:
     return config
 
 
-def load_split(data: str, split: str, data_config: Dict[str, Any],
-               derive: bool = True) -> List[Trajectory]:
+def load_split(data: str, split: str) -> List[Trajectory]:
     """
-    Return the trajectories of `split` ('train' or 'test') of a dataset name or bag folder.
+    Return the trajectories of `split` ('train' or 'test') of a dataset name.
 
     kinova: identification files / validation files; pneumatic: `datasets.split_pneumatic`
     (first 80 % / last 20 % of episodes in sorted order); schunk: `datasets.split_schunk`
-    (every fifth run from the third tests); a bag: the whole recording for both, its
-    missing qd / qdd left to `derive_missing` unless `derive`.
+    (every fifth run from the third tests).
     """
     if split not in ('train', 'test'):
         raise ValueError(f"split must be 'train' or 'test', got '{split}'")
@@ -101,6 +99,16 @@ def load_split(data: str, split: str, data_config: Dict[str, Any],
         train, test = (datasets.split_pneumatic(datasets.load_pneumatic()) if data == 'pneumatic'
                        else datasets.split_schunk(datasets.load_schunk()))
         return train if split == 'train' else test
+    raise ValueError(f"unknown dataset '{data}'; datasets are {list(DATASETS)}")
+
+
+def load_bag(data: str, data_config: Dict[str, Any]) -> List[Trajectory]:
+    """
+    Return a JointState bag's recording in pieces cut at stamp gaps (skipped messages).
+
+    Missing qd / qdd stay missing: `_split_then_derive` derives them after the split, as for
+    files.
+    """
     path = Path(data)
     if not path.exists():
         raise FileNotFoundError(f"'{data}' is neither a dataset {list(DATASETS)} nor a bag")
@@ -108,14 +116,13 @@ def load_split(data: str, split: str, data_config: Dict[str, Any],
     trajectory = bag_io.read_trajectory(
         path, joint_topic=data_config.get('joint_topic', bag_io.JOINT_TOPIC),
         command_topic=data_config.get('command_topic'))
-    # The user-file path: pieces cut at stamp gaps (skipped messages), qd / qdd derived.
     table = {name: getattr(trajectory, name) for name in ('time', 'q', 'qd', 'qdd', 'tau',
                                                           'actions')
              if getattr(trajectory, name) is not None}
     pieces = trajectories_from_table(
         table, {name: name for name in table}, joint_names=trajectory.joint_names,
         derivative_window_s=_derivative_window(data_config), source=trajectory.source,
-        derive=derive)
+        derive=False)
     for piece in pieces:
         piece.units = dict(trajectory.units)
     return pieces
@@ -146,10 +153,10 @@ def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[
         return _split_then_derive(trajectories, splitter, data_config)
     if len(data) != 1:
         raise ValueError(f'give one dataset name or bag, or only CSV / npz files; got {data}')
-    if data[0] not in DATASETS:   # a bag: read once, split like files
-        return _split_then_derive(load_split(data[0], 'train', data_config, derive=False),
+    if data[0] not in DATASETS:   # a bag: split like files
+        return _split_then_derive(load_bag(data[0], data_config),
                                   parse_split(split or 'time:0.8'), data_config)
-    train, test = (load_split(data[0], name, data_config) for name in ('train', 'test'))
+    train, test = (load_split(data[0], name) for name in ('train', 'test'))
     return (train, test) if split is None else parse_split(split)(train + test)
 
 
