@@ -45,15 +45,12 @@ def block_bootstrap(within: Sequence[np.ndarray], seed: int = 0) -> List[float]:
     return [float(np.percentile(shares, 5)), float(np.percentile(shares, 95))]
 
 
-def within_one_std(model, test: Sequence[Trajectory]) -> List[np.ndarray]:
-    """Per test block: whether each scored error lies within 1 predicted std."""
-    out = []
-    for block in test:
-        predicted = predict_inverse(model, [block])
-        error = (predicted['target'] - predicted['prediction'])[:, KINOVA_SCORED]
-        std = np.sqrt(predicted['variance'][:, KINOVA_SCORED])
-        out.append(np.abs(error) <= std)
-    return out
+def within_one_std(predicted: Dict[str, np.ndarray], test: Sequence[Trajectory]
+                   ) -> List[np.ndarray]:
+    """Per test block: whether each scored error of `predict_inverse`'s output is within 1 std."""
+    error = (predicted['target'] - predicted['prediction'])[:, KINOVA_SCORED]
+    within = np.abs(error) <= np.sqrt(predicted['variance'][:, KINOVA_SCORED])
+    return np.split(within, np.cumsum([len(block) - 1 for block in test])[:-1])
 
 
 def run(models: Sequence[str], seed: int) -> Dict[str, List[dict]]:
@@ -65,12 +62,13 @@ def run(models: Sequence[str], seed: int) -> Dict[str, List[dict]]:
         for offset in tqdm(range(VAL_EVERY), desc=name):
             model, fit = _fit_inverse(KINOVA_MODELS[name], held_out_first(train, offset),
                                       seed, quick=False)
-            score = score_inverse(predict_inverse(model, test), KINOVA_SCORED)
+            predicted = predict_inverse(model, test)
+            score = score_inverse(predicted, KINOVA_SCORED)
             row = {'offset': offset, 'mean_nmse': score['mean_nmse'], 'epochs': fit.epochs,
                    **score['calibration']}
             if offset == 0:
                 row['within_1_std_block_bootstrap_5_95'] = block_bootstrap(
-                    within_one_std(model, test))
+                    within_one_std(predicted, test))
             rows.append(row)
         results[name] = rows
     return results

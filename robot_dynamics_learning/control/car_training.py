@@ -47,12 +47,12 @@ def smoothing_guard(data: CarDataset) -> int:
 
     The states are smoothed and differentiated (zero phase, `car_dataset`) before blocks
     are held out; without the guard the training states next to a held block would carry
-    its poses.
+    its poses. Data not made by `car_dataset` (no 'window_s' in its info) loses nothing.
     """
-    window_s = float(data.info.get('window_s', 0.0))
-    rate_hz = float(data.info.get('rate_hz_min', data.info.get('rate_hz', 0.0)) or 0.0)
-    reach_s = window_s / 2.0 + (1.0 / rate_hz if rate_hz > 0 else 0.0)
-    return int(math.ceil(reach_s / data.h - 1e-9)) if window_s > 0 else 0
+    window_s, rate_hz = data.info.get('window_s'), data.info.get('rate_hz_min')
+    if not window_s or not rate_hz:
+        return 0
+    return int(math.ceil((window_s / 2.0 + 1.0 / rate_hz) / data.h - 1e-9))
 
 
 def hold_out_blocks(data: CarDataset, offset: int) -> Tuple[CarDataset, CarDataset]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from robot_dynamics_learning.data import bag_io
-from robot_dynamics_learning.data.datasets import load_rc_car
+from robot_dynamics_learning.data.datasets import is_vicon_csv, load_rc_car
 from robot_dynamics_learning.data.messages import CommandMapping
 from robot_dynamics_learning.data.trajectory import Trajectory
 
@@ -50,12 +50,7 @@ def car_csv_files(root: Path) -> List[Path]:
         candidates = sorted(root.rglob('*.csv'))
     else:
         raise FileNotFoundError(f'no CSV file or folder at {root}')
-    with_vicon = []
-    for path in candidates:
-        # errors='replace': a binary file named .csv has no Vicon header, it is not a crash
-        with open(path, encoding='utf-8-sig', errors='replace') as handle:
-            if 'vicon time' in handle.readline():
-                with_vicon.append(path)
+    with_vicon = [path for path in candidates if is_vicon_csv(path)]
     if not with_vicon:
         raise FileNotFoundError(f"{root}: no CSV file with a 'vicon time' column (DART "
                                 f'layout: <set>/<file>.csv or <set>/csv/<file>.csv)')

@@ -265,9 +265,12 @@ def rc_car_files(root: Optional[Path] = None) -> List[Path]:
     Both layouts of the DART repository: <set>/<file>.csv and <set>/csv/<file>.csv.
     """
     folder = Path(root or shared_data_dir()) / 'rc_car_dart'
-    with_vicon = []
-    for path in sorted([*folder.glob('*/*.csv'), *folder.glob('*/csv/*.csv')]):
-        with open(path) as handle:
-            if 'vicon time' in handle.readline():
-                with_vicon.append(path)
-    return with_vicon
+    return [path for path in sorted([*folder.glob('*/*.csv'), *folder.glob('*/csv/*.csv')])
+            if is_vicon_csv(path)]
+
+
+def is_vicon_csv(path: Path) -> bool:
+    """Return whether a CSV's header names a Vicon time (IMU/encoder-only files have none)."""
+    # errors='replace': a binary file named .csv has no Vicon header, it is not a crash
+    with open(path, encoding='utf-8-sig', errors='replace') as handle:
+        return 'vicon time' in handle.readline()

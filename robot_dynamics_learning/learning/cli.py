@@ -141,8 +141,8 @@ def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[
     """
     data = list(data)
     if all(Path(item).suffix.lower() in FILE_SUFFIXES for item in data):
-        twice = sorted({item for item in data if [Path(d).resolve() for d in data].count(
-            Path(item).resolve()) > 1})
+        resolved = [Path(item).resolve() for item in data]
+        twice = sorted({item for item, path in zip(data, resolved) if resolved.count(path) > 1})
         if twice:   # its rows could land on both sides of a blocks split
             raise ValueError(f'files given more than once: {twice}')
         spec = parse_columns(columns) if columns else None
