@@ -16,9 +16,8 @@ import json
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from bench.real_data_results import _fit_inverse, KINOVA_MODELS, KINOVA_SCORED, kinova_splits
-from bench.real_data_results import VAL_EVERY
-import numpy as np
+from bench.real_data_results import (_fit_inverse, block_bootstrap, KINOVA_MODELS,
+                                     KINOVA_SCORED, kinova_splits, VAL_EVERY, within_std)
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.learning.evaluation import predict_inverse, score_inverse
@@ -27,30 +26,11 @@ from tqdm import tqdm
 
 RESULTS = Path(__file__).resolve().parent / 'results' / 'calibration_folds.json'
 MODELS = ('LSTM', 'FFNN', 'GP (Matern 5/2)', 'hybrid (URDF + trusted LSTM residual)')
-BOOTSTRAP_DRAWS = 2000
 
 
 def held_out_first(train: Sequence[Trajectory], offset: int) -> List[Trajectory]:
     """Rotate the training blocks so that `split_validation` holds a different fifth."""
     return list(train[offset:]) + list(train[:offset])
-
-
-def block_bootstrap(within: Sequence[np.ndarray], seed: int = 0) -> List[float]:
-    """5th and 95th percentile of the pooled share within 1 std, test blocks resampled."""
-    rng = np.random.default_rng(seed)
-    hits = np.array([w.sum() for w in within], dtype=float)
-    sizes = np.array([w.size for w in within], dtype=float)
-    draws = rng.integers(0, len(within), size=(BOOTSTRAP_DRAWS, len(within)))
-    shares = hits[draws].sum(axis=1) / sizes[draws].sum(axis=1)
-    return [float(np.percentile(shares, 5)), float(np.percentile(shares, 95))]
-
-
-def within_one_std(predicted: Dict[str, np.ndarray], test: Sequence[Trajectory]
-                   ) -> List[np.ndarray]:
-    """Per test block: whether each scored error of `predict_inverse`'s output is within 1 std."""
-    error = (predicted['target'] - predicted['prediction'])[:, KINOVA_SCORED]
-    within = np.abs(error) <= np.sqrt(predicted['variance'][:, KINOVA_SCORED])
-    return np.split(within, np.cumsum([len(block) - 1 for block in test])[:-1])
 
 
 def run(models: Sequence[str], seed: int) -> Dict[str, List[dict]]:
@@ -68,7 +48,7 @@ def run(models: Sequence[str], seed: int) -> Dict[str, List[dict]]:
                    **score['calibration']}
             if offset == 0:
                 row['within_1_std_block_bootstrap_5_95'] = block_bootstrap(
-                    within_one_std(predicted, test))
+                    within_std(predicted, test, KINOVA_SCORED, 1))
             rows.append(row)
         results[name] = rows
     return results

@@ -20,6 +20,8 @@ import numpy as np
 
 FORWARD_DIGITS = {'pneumatic': 4, 'schunk': 6}
 DIVERGED = 10.0   # own-feedback nMSE above this: diverged (the paper's model reached 534)
+CALIBRATED = {1: 68.3, 2: 95.4}   # % of Gaussian errors within 1 and 2 std
+CALIBRATION_TOLERANCE = 5.0   # points (issue 21: within 5 points on in-range test data)
 COMMAND = ('python -m bench.real_data_results --jobs 16 && python -m bench.real_data_docs')
 
 
@@ -213,6 +215,40 @@ def _uncertainty_claims(kinova: dict) -> List[str]:
     return lines
 
 
+def _calibration_claims(in_range: Dict[str, dict]) -> List[str]:
+    """
+    Say whether calibration on in-range test sets is within 5 points of 68 / 95 %.
+
+    in_range: {where: {model: entry}}. Where the cells carry it, the interval over resampled
+    test recordings (mean over seeds of the 5th and 95th percentile) says whether the test
+    set can tell 5 points at all.
+    """
+    lines = []
+    for where, models in in_range.items():
+        for name, entry in models.items():
+            runs = [r for r in entry['runs'] if 'calibration' in r]
+            if not runs:
+                continue
+            shares = {k: 100 * np.mean([r['calibration'][f'within_{k}_std'] for r in runs])
+                      for k in (1, 2)}
+            met = all(abs(shares[k] - CALIBRATED[k]) <= CALIBRATION_TOLERANCE for k in (1, 2))
+            text = (f'- {where}, {name}: {shares[1]:.1f} % within 1 std, {shares[2]:.1f} % '
+                    f'within 2 std (target {CALIBRATED[1]:g} / {CALIBRATED[2]:g} % +- '
+                    f'{CALIBRATION_TOLERANCE:g}: ' + ('met' if met else 'NOT met') + ')')
+            intervals = [r['calibration_5_95'] for r in runs if 'calibration_5_95' in r]
+            if intervals:
+                low, high = (100 * np.mean([i['within_1_std'][j] for i in intervals])
+                             for j in (0, 1))
+                judged = high - low <= 2 * CALIBRATION_TOLERANCE
+                count = runs[0]['test_recordings']
+                text += (f'; within 1 std over {count} resampled test recordings: '
+                         f'{low:.0f}-{high:.0f} % (5-95 %), so this test set '
+                         + ('can' if judged else 'CANNOT')
+                         + f' judge +- {CALIBRATION_TOLERANCE:g} points')
+            lines.append(text + '.')
+    return lines
+
+
 def _hybrid_claims(kinova: dict) -> List[str]:
     lines = []
     hybrid = next((n for n in KINOVA_MODELS if n.startswith('hybrid')), None)
@@ -323,6 +359,16 @@ def markdown(results: dict) -> str:
                       'N = the first N samples of the training stream (blocks in a fixed '
                       f'shuffled order); the exact GP stops at {GP_MAX_SAMPLES}.', '']
             lines += _curve_table(curve) + ['']
+    if 'schunk_inverse' in parts:
+        models = parts['schunk_inverse']['schunk']
+        lines += ['## Schunk LWA 4P inverse dynamics (inside the training ranges)', '',
+                  '`split_schunk` at 250 Hz, x = [q, qd, qdd], all 6 joints scored; '
+                  f'{models[next(iter(models))]["runs"][0].get("test_recordings", "the")} test '
+                  'runs predicted whole from a zero state. The calibration check of the '
+                  'issue: the Kinova blocks split has 7 test blocks, too few to judge '
+                  f'+- {CALIBRATION_TOLERANCE:g} points (`bench/calibration_folds.py`); the '
+                  'claims below give the interval each test set allows.', '']
+        lines += _inverse_table(models, joints=6) + [''] + _coverage(models)
     for dataset, title in (('pneumatic', 'Pneumatic arm forward dynamics (seed 004 Fig. 4c)'),
                            ('schunk', 'Schunk LWA 4P forward dynamics')):
         if dataset in parts:
@@ -344,6 +390,11 @@ def markdown(results: dict) -> str:
             claims += _curve_claims(robot, next(iter(parts[part].values())))
     claims += _hybrid_claims(parts.get('kinova', {})) + _control_claims(parts.get('control', {}))
     claims += _uncertainty_claims(parts.get('kinova', {}))
+    claims += _calibration_claims({
+        where: models for where, models in (
+            ('Kinova blocks', parts.get('kinova', {}).get('blocks')),
+            ('Schunk inverse dynamics', parts.get('schunk_inverse', {}).get('schunk')))
+        if models})
     lines += ['## Claims checked', ''] + claims + [''] + _speed_section()
     return '\n'.join(lines)
 

@@ -15,6 +15,8 @@ docs/results.md and its plots from that JSON alone. `--quick` is a smoke run (on
    torque change, calibration, coverage; the ac-RKN also fed its own outputs over 1 s.
 2. Kinova at a 10 ms control period: ac-RKN inverse against the previous value on the change.
 3. Sample-size curves (seed 001): LSTM and GP on Kinova blocks and Schunk inverse dynamics.
+   Schunk inverse dynamics at 250 Hz ('schunk_inverse'): LSTM, FFNN, GP and previous value on
+   test runs inside the training ranges, with calibration intervals over the test runs.
 4. Pneumatic arm and Schunk arm forward dynamics: 1- to 10-step RMSE (seed 004 Fig. 4c).
 """
 import argparse
@@ -24,7 +26,7 @@ import json
 from pathlib import Path
 import platform
 import time
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from robot_dynamics_learning.data import datasets
@@ -34,7 +36,8 @@ from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import (forward_dynamics_windows,
                                                   inverse_dynamics_arrays,
                                                   inverse_dynamics_windows)
-from robot_dynamics_learning.learning.evaluation import inverse_report, score_inverse
+from robot_dynamics_learning.learning.evaluation import (inverse_report, predict_inverse,
+                                                         score_inverse)
 from robot_dynamics_learning.learning.metrics import (calibration, multi_step_batch,
                                                       multi_step_rmse, predict_with_variance)
 from robot_dynamics_learning.learning.training import (holdout_windows, split_windows,
@@ -127,11 +130,15 @@ FORWARD_SETUP = {
     'pneumatic': (list(range(4)), 10, 20, 10),
     'schunk': (list(range(6)), 25, 20, 10),
 }
-PARTS = ('kinova', 'control', 'curve', 'schunk_curve', 'pneumatic', 'schunk')
+# Schunk inverse dynamics (`split_schunk`: test runs inside the training ranges): the
+# calibration check on a test set that can tell +-5 points (16 runs; Kinova blocks: 7 blocks).
+SCHUNK_INVERSE_MODELS = ('LSTM', 'FFNN', 'GP (Matern 5/2)', 'previous value')
+PARTS = ('kinova', 'control', 'curve', 'schunk_curve', 'schunk_inverse', 'pneumatic', 'schunk')
+BOOTSTRAP_DRAWS = 2000  # resamplings of the test recordings for calibration intervals
 OBS_DROP = 0.75  # seed 004 Appendix B: three quarters of observations removed in training
 # Rough single-thread minutes per cell, to start the longest cells first (makespan).
 COST = {'schunk': 4.0, 'pneumatic': 1.0, 'kinova': 1.0, 'control': 0.5, 'curve': 0.3,
-        'schunk_curve': 0.3}
+        'schunk_curve': 0.3, 'schunk_inverse': 1.0}
 
 Cell = Dict[str, object]
 
@@ -282,7 +289,9 @@ def kinova_cell(cell: Cell, quick: bool) -> dict:
     Train one inverse model on one split and score it.
 
     Kinova at 1 kHz (part 'kinova') or at the control period ('control'), or the Schunk arm at
-    its 250 Hz (group 'schunk' of 'control', all 6 joints scored).
+    its 250 Hz (group 'schunk' of 'control' and 'schunk_inverse', all 6 joints scored). A
+    model with a variance also gets the 5-95 % interval of its calibration over resampled
+    test recordings: how closely the test set can judge it.
     """
     stride = KINOVA_STRIDE
     if cell['group'] == 'schunk':
@@ -296,16 +305,41 @@ def kinova_cell(cell: Cell, quick: bool) -> dict:
         test = test[:4]
     spec = {**KINOVA_MODELS, **CONTROL_VARIANTS}[cell['model']]
     model, result = _fit_inverse(spec, train, cell['seed'], quick, stride)
-    report = inverse_report(model, train, test, scored)
+    predicted = predict_inverse(model, test)
+    report = inverse_report(model, train, test, scored, predicted)
     out = {**report['model'], 'seconds': result.seconds, 'epochs': result.epochs,
            'coverage_warnings': report['coverage_warnings'], 'increment': report['increment'],
-           'sees_previous_torque': report['sees_previous_torque']}
+           'sees_previous_torque': report['sees_previous_torque'],
+           'test_recordings': len(test)}
+    if predicted['variance'] is not None:
+        out['calibration_5_95'] = {
+            f'within_{k}_std': block_bootstrap(within_std(predicted, test, scored, k))
+            for k in (1, 2)}
     if spec[0] == 'ac_rkn_inverse':
         steps = int(round(OWN_FEEDBACK_S / period))
         fed_back = own_feedback(model, test, steps)
         out['own_feedback'] = score_inverse(fed_back, scored)
         out['own_feedback_steps'] = fed_back['steps']
     return out
+
+
+def within_std(predicted: Dict[str, np.ndarray], test: Sequence[Trajectory],
+               scored: Optional[Sequence[int]], k: float) -> List[np.ndarray]:
+    """Per test recording: whether each scored error of `predict_inverse` is within k std."""
+    index = slice(None) if scored is None else list(scored)
+    error = (predicted['target'] - predicted['prediction'])[:, index]
+    within = np.abs(error) <= k * np.sqrt(predicted['variance'][:, index])
+    return np.split(within, np.cumsum([len(recording) - 1 for recording in test])[:-1])
+
+
+def block_bootstrap(within: Sequence[np.ndarray], seed: int = 0) -> List[float]:
+    """5th and 95th percentile of the pooled share within, whole test recordings resampled."""
+    rng = np.random.default_rng(seed)
+    hits = np.array([w.sum() for w in within], dtype=float)
+    sizes = np.array([w.size for w in within], dtype=float)
+    draws = rng.integers(0, len(within), size=(BOOTSTRAP_DRAWS, len(within)))
+    shares = hits[draws].sum(axis=1) / sizes[draws].sum(axis=1)
+    return [float(np.percentile(shares, 5)), float(np.percentile(shares, 95))]
 
 
 def train_period(split: Tuple[List[Trajectory], List[Trajectory]]) -> float:
@@ -352,7 +386,7 @@ def run_cell(cell: Cell, quick: bool) -> dict:
     torch.set_num_threads(1)
     start = time.perf_counter()
     part = cell['part']
-    if part in ('kinova', 'control'):
+    if part in ('kinova', 'control', 'schunk_inverse'):
         numbers = kinova_cell(cell, quick)
     elif part in ('curve', 'schunk_curve'):
         numbers = curve_cell(cell, quick)
@@ -374,6 +408,9 @@ def cells(parts: Sequence[str], quick: bool) -> List[Cell]:
         out += [{'part': 'control', 'group': split, 'model': name, 'seed': seed}
                 for split in splits for name in CONTROL_MODELS for seed in seeds
                 if not (split == 'schunk' and name == PHYSICS_CHANGE)]
+    if 'schunk_inverse' in parts:
+        out += [{'part': 'schunk_inverse', 'group': 'schunk', 'model': name, 'seed': seed}
+                for name in SCHUNK_INVERSE_MODELS for seed in seeds]
     for part, robot in (('curve', 'kinova'), ('schunk_curve', 'schunk')):
         if part in parts:
             sizes = curve_data(robot)[2][:2] if quick else curve_data(robot)[2]

@@ -67,10 +67,14 @@ def score_inverse(predicted: Dict[str, np.ndarray], scored: Optional[Sequence[in
 
 
 def inverse_report(model: DynamicsModel, train: Sequence[Trajectory],
-                   test: Sequence[Trajectory], scored: Optional[Sequence[int]] = None
-                   ) -> Dict[str, Any]:
-    """Score `model` and the previous-value baseline on `test`; add the coverage warnings."""
-    predicted = predict_inverse(model, test)
+                   test: Sequence[Trajectory], scored: Optional[Sequence[int]] = None,
+                   predicted: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, Any]:
+    """
+    Score `model` and the previous-value baseline on `test`; add the coverage warnings.
+
+    predicted: `predict_inverse(model, test)` where the caller has it already.
+    """
+    predicted = predict_inverse(model, test) if predicted is None else predicted
     baseline = dict(predicted, prediction=predicted['previous'], variance=None)
     train_inputs = np.concatenate([inverse_dynamics_arrays(t)[0] for t in train])
     coverage = range_coverage(train_inputs, predicted['inputs'])
