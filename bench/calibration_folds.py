@@ -40,8 +40,8 @@ def run(models: Sequence[str], seed: int) -> Dict[str, List[dict]]:
     for name in models:
         rows = []
         for offset in tqdm(range(VAL_EVERY), desc=name):
-            model, fit = _fit_inverse(KINOVA_MODELS[name], held_out_first(train, offset),
-                                      seed, quick=False)
+            model, fit, _ = _fit_inverse(KINOVA_MODELS[name], held_out_first(train, offset),
+                                         seed, quick=False)
             predicted = predict_inverse(model, test)
             score = score_inverse(predicted, KINOVA_SCORED)
             row = {'offset': offset, 'mean_nmse': score['mean_nmse'], 'epochs': fit.epochs,

@@ -42,6 +42,7 @@ from robot_dynamics_learning.learning.metrics import (calibration, multi_step_ba
                                                       multi_step_rmse, predict_with_variance)
 from robot_dynamics_learning.learning.training import (holdout_windows, split_windows,
                                                        train_model, TrainConfig)
+from robot_dynamics_learning.learning.window_choice import default_stride, train_choosing_window
 from robot_dynamics_learning.models.registry import build_model
 import torch
 from tqdm import tqdm
@@ -64,6 +65,10 @@ CONTROL_DECIMATION = 10  # 1 kHz -> 100 Hz: the period of a typical torque contr
 OWN_FEEDBACK_S = 1.0  # ac-RKN fed its own outputs over windows of this length
 VAL_EVERY = 5  # every 5th training recording or block validates (early stopping, variance)
 
+# The LSTM's training windows, one model each, the best on held-out recordings kept
+# (`learning.window_choice`; measured in docs/models.md, "Training windows"). The first is
+# the window of every other model.
+LSTM_WINDOWS = (WINDOW, 10, 2)
 KINOVA_URDF = 'urdf/kinova_gen3.urdf'
 IDENTIFIED = {'urdf': KINOVA_URDF, 'learn_inertia': True, 'learn_damping': True,
               'learn_friction': True}
@@ -71,9 +76,10 @@ IDENTIFIED = {'urdf': KINOVA_URDF, 'learn_inertia': True, 'learn_damping': True,
 # (RNEA per batch, the ac-RKN filter): they bound the cell's time; early stopping decides.
 KINOVA_MODELS = {
     # Measured (Kinova blocks, seed 0, patience 30): hidden 32 nMSE 0.448 (69 epochs, 25 s),
-    # hidden 64 with sin/cos of q 0.369 (118 epochs, 62 s).
+    # hidden 64 with sin/cos of q 0.369 (118 epochs, 62 s). The window length is chosen on
+    # the held-out recordings (LSTM_WINDOWS).
     'LSTM': ('lstm', {'hidden_size': 64, 'angle_features': True},
-             {'learning_rate': 3e-3, 'patience': 30}),
+             {'learning_rate': 3e-3, 'patience': 30, 'windows': LSTM_WINDOWS}),
     'ac-RKN inverse': ('ac_rkn_inverse', {'latent_obs_dim': 15},
                        {'learning_rate': 3e-3, 'max_epochs': 40}),
     'FFNN': ('ffnn', {'hidden': [256, 256]}, {'learning_rate': 1e-3}),
@@ -121,7 +127,8 @@ FORWARD_MODELS = {
 }
 CURVE_MODELS = {
     'LSTM': ('lstm', {'hidden_size': 64, 'angle_features': True},
-             {'learning_rate': 3e-3, 'patience': 30, 'max_epochs': 1000}),
+             {'learning_rate': 3e-3, 'patience': 30, 'max_epochs': 1000,
+              'windows': LSTM_WINDOWS}),
     'GP': ('gp', {'max_train': GP_MAX_SAMPLES, 'hyper_subset': 500, 'hyper_iterations': 40}, {}),
 }
 COMMON_TRAINING = {'batch_size': 32, 'max_epochs': 300, 'patience': 10, 'progress': False}
@@ -218,11 +225,26 @@ def forward_data(dataset: str, quick: bool):
 
 def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quick: bool,
                  stride: int = KINOVA_STRIDE, gp_sees_all: bool = False):
-    """Train one inverse model; `gp_sees_all`: a GP gets every sample (no scaled variance)."""
+    """
+    Train one inverse model: (model, training result, window choice or {}).
+
+    `gp_sees_all`: a GP gets every sample (no scaled variance). A spec whose overrides name
+    'windows' trains one model per window length and keeps the best on the held-out
+    recordings (`learning.window_choice`); its result's seconds are those of all of them.
+    """
     model_type, config, overrides = spec
     torch.manual_seed(seed)
     if quick:
         train_trajs = first_samples(train_trajs, 1500)
+    joints = train_trajs[0].q.shape[1]
+    if 'windows' in overrides:
+        choice = train_choosing_window(
+            lambda: build_model(model_type, config, 3 * joints, joints, joints), train_trajs,
+            overrides['windows'],
+            _train_config({k: v for k, v in overrides.items() if k != 'windows'}, seed, quick),
+            1.0 / VAL_EVERY, lambda w: stride if w == WINDOW else default_stride(w))
+        return choice.model, choice.result, {'window': choice.window,
+                                             'held_nmse': choice.held_nmse}
     gp_sees_all = gp_sees_all or len(train_trajs) < 2 * VAL_EVERY
     if model_type == 'gp' and gp_sees_all:
         # A sample-size curve, or few recordings: every sample (the variance stays unscaled).
@@ -239,7 +261,6 @@ def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quic
     if model_type == 'gp':
         config = {**config, 'seed': seed,
                   **({'hyper_iterations': 5, 'max_train': 500} if quick else {})}
-    joints = train_trajs[0].q.shape[1]
     model = build_model(model_type, config, 3 * joints, joints, joints)
     result = train_model(model, train, val, _train_config(overrides, seed, quick))
     if model_type == 'gp' and val is not None:
@@ -250,7 +271,7 @@ def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quic
         result = train_model(model, inverse_dynamics_windows(train_trajs, 1), None,
                              _train_config(overrides, seed, quick))
         model.variance_scale.factor.copy_(scale)
-    return model, result
+    return model, result, {}
 
 
 def own_feedback(model, test: Sequence[Trajectory], steps: int) -> Dict[str, np.ndarray]:
@@ -304,13 +325,13 @@ def kinova_cell(cell: Cell, quick: bool) -> dict:
     if quick:
         test = test[:4]
     spec = {**KINOVA_MODELS, **CONTROL_VARIANTS}[cell['model']]
-    model, result = _fit_inverse(spec, train, cell['seed'], quick, stride)
+    model, result, choice = _fit_inverse(spec, train, cell['seed'], quick, stride)
     predicted = predict_inverse(model, test)
     report = inverse_report(model, train, test, scored, predicted)
     out = {**report['model'], 'seconds': result.seconds, 'epochs': result.epochs,
            'coverage_warnings': report['coverage_warnings'], 'increment': report['increment'],
            'sees_previous_torque': report['sees_previous_torque'],
-           'test_recordings': len(test)}
+           'test_recordings': len(test), **({'window_choice': choice} if choice else {})}
     if predicted['variance'] is not None:
         out['calibration_5_95'] = {
             f'within_{k}_std': block_bootstrap(within_std(predicted, test, scored, k))
@@ -351,12 +372,13 @@ def curve_cell(cell: Cell, quick: bool) -> dict:
     """One point of a sample-size curve: test nMSE (mean over scored joints) and time."""
     stream, test, _ = curve_data('kinova' if cell['part'] == 'curve' else 'schunk')
     scored = KINOVA_SCORED if cell['part'] == 'curve' else list(range(6))
-    model, result = _fit_inverse(CURVE_MODELS[cell['model']],
-                                 first_samples(stream, cell['size']), cell['seed'], quick,
-                                 gp_sees_all=True)
+    model, result, choice = _fit_inverse(CURVE_MODELS[cell['model']],
+                                         first_samples(stream, cell['size']), cell['seed'],
+                                         quick, gp_sees_all=True)
     report = inverse_report(model, stream, test, scored)
     return {'mean_nmse': float(np.nanmean(np.asarray(report['model']['nmse'])[scored])),
-            'seconds': result.seconds, 'epochs': result.epochs}
+            'seconds': result.seconds, 'epochs': result.epochs,
+            **({'window_choice': choice} if choice else {})}
 
 
 def forward_cell(cell: Cell, quick: bool) -> dict:

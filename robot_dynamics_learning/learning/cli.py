@@ -28,6 +28,8 @@ from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_ch
 from robot_dynamics_learning.learning.evaluation import format_report, inverse_report
 from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_step_rmse
 from robot_dynamics_learning.learning.training import holdout_windows, train_model, TrainConfig
+from robot_dynamics_learning.learning.window_choice import train_choosing_window
+from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.registry import build_model, model_builder
 import torch
 import yaml
@@ -67,7 +69,9 @@ def load_config(path: Path) -> Dict[str, Any]:
         raise ValueError(f'{path}: unknown data key(s) {unknown}; allowed {sorted(DATA_KEYS)}')
     if data.get('problem', 'inverse') not in ('inverse', 'forward'):
         raise ValueError(f"{path}: data.problem must be 'inverse' or 'forward'")
-    checks = {'window': lambda v: type(v) is int and 1 <= v <= 100_000,
+    checks = {'window': lambda v: _window_length(v) or (
+                  isinstance(v, list) and bool(v) and all(_window_length(w) for w in v)
+                  and data.get('problem', 'inverse') == 'inverse'),
               'stride': lambda v: v is None or (type(v) is int and 1 <= v <= 100_000),
               'val_fraction': lambda v: isinstance(v, (int, float)) and 0.0 < v < 1.0,
               'acc_window_s': lambda v: isinstance(v, (int, float)) and 0.0 < v <= 60.0}
@@ -80,6 +84,10 @@ def load_config(path: Path) -> Dict[str, Any]:
     except (TypeError, ValueError) as error:
         raise ValueError(f'{path}: {error}') from None
     return config
+
+
+def _window_length(value: Any) -> bool:
+    return type(value) is int and 1 <= value <= 100_000
 
 
 def load_split(data: str, split: str) -> List[Trajectory]:
@@ -215,19 +223,32 @@ def run_train(args: argparse.Namespace) -> int:
         print(f'rdl: warning: the split {args.split or "time:0.8"} leaves no test data; no '
               'test report', file=sys.stderr)
     make = inverse_dynamics_windows if problem == 'inverse' else forward_dynamics_windows
-    window = int(data_config.get('window', 50))
-    train, val = holdout_windows(
-        trajectories, lambda pieces: make(pieces, window, data_config.get('stride')), window,
-        float(data_config.get('val_fraction', 0.2)))
-    model = build_model(config['model_type'], config.get('model', {}),
-                        *_problem_widths(problem, trajectories))
-    result = train_model(model, train, val, train_config)
+    window = data_config.get('window', 50)
+    val_fraction = float(data_config.get('val_fraction', 0.2))
+
+    def build() -> DynamicsModel:
+        return build_model(config['model_type'], config.get('model', {}),
+                           *_problem_widths(problem, trajectories))
+
+    choice = {}
+    if isinstance(window, list):   # one model per window length, the best on held-out data
+        chosen = train_choosing_window(build, trajectories, window, train_config, val_fraction)
+        model, result = chosen.model, chosen.result
+        choice = {'window_choice': {'window': chosen.window, 'held_nmse': chosen.held_nmse}}
+        print(f'window {chosen.window} chosen; held-out nMSE per window: '
+              + ', '.join(f'{w}: {v:.4f}' for w, v in chosen.held_nmse.items()))
+    else:
+        train, val = holdout_windows(
+            trajectories, lambda pieces: make(pieces, window, data_config.get('stride')),
+            window, val_fraction)
+        model = build()
+        result = train_model(model, train, val, train_config)
     out = Path(args.out)
     metadata = {'data': [str(item) for item in args.data], 'problem': problem,
                 'split': args.split, 'columns': list(args.columns), 'dt': args.dt,
                 'data_config': dict(data_config), 'epochs': result.epochs,
                 'seconds': result.seconds, 'best_val_loss': result.best_val_loss,
-                'training': dict(train_config.__dict__)}
+                'training': dict(train_config.__dict__), **choice}
     path = save_checkpoint(out / 'model.pt', model, trajectories[0].joint_names, metadata)
     report = inverse_report(model, trajectories, test) if problem == 'inverse' and test else None
     (out / 'train_summary.json').write_text(json.dumps(

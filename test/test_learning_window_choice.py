@@ -1,0 +1,77 @@
+"""The LSTM's training window chosen on held-out recordings (`learning.window_choice`)."""
+import json
+
+import numpy as np
+import pytest
+from robot_dynamics_learning import cli
+from robot_dynamics_learning.data.splits import split_validation
+from robot_dynamics_learning.learning import cli as learning_cli
+from robot_dynamics_learning.learning.training import TrainConfig
+from robot_dynamics_learning.learning.window_choice import held_out_nmse, train_choosing_window
+from robot_dynamics_learning.models.registry import build_model
+from test_learning_training import _synthetic_trajectory
+import torch
+
+CONFIG = TrainConfig(max_epochs=4, learning_rate=1e-2, progress=False)
+
+
+def _build():
+    return build_model('lstm', {'hidden_size': 8}, 6, 2, 2)
+
+
+def test_the_model_returned_is_the_one_of_the_best_window():
+    torch.manual_seed(0)
+    recordings = [_synthetic_trajectory(1500)]
+    choice = train_choosing_window(_build, recordings, (20, 5, 2), CONFIG)
+    assert set(choice.held_nmse) == {20, 5, 2}
+    assert choice.window == min(choice.held_nmse, key=choice.held_nmse.get)
+    _, held = split_validation(recordings, 20, 0.2)
+    # the returned weights score what was recorded for its window (not the last one trained)
+    assert held_out_nmse(choice.model, held) == pytest.approx(choice.held_nmse[choice.window])
+    assert choice.result.seconds >= 0.0 and choice.result.epochs <= CONFIG.max_epochs
+
+
+def test_too_little_data_trains_the_first_window_alone():
+    choice = train_choosing_window(_build, [_synthetic_trajectory(80)], (50, 2), CONFIG)
+    assert choice.window == 50 and choice.held_nmse == {}
+    assert choice.result.epochs >= 1
+
+
+@pytest.mark.parametrize('windows', [(), (0, 2), (2.5,)])
+def test_bad_windows_are_refused(windows):
+    with pytest.raises(ValueError, match='windows must be positive integers'):
+        train_choosing_window(_build, [_synthetic_trajectory(500)], windows, CONFIG)
+
+
+def _csv(path, rows: int = 1200) -> str:
+    """Write a two-joint recording as CSV (time, q_*, tau_*); `rdl` derives qd and qdd."""
+    recording = _synthetic_trajectory(rows)
+    table = np.column_stack([recording.time, recording.q, recording.tau])
+    path.write_text('time,q_0,q_1,tau_0,tau_1\n'
+                    + '\n'.join(','.join(repr(float(v)) for v in row) for row in table) + '\n')
+    return str(path)
+
+
+def test_rdl_train_chooses_among_listed_windows_and_records_the_choice(tmp_path, capsys):
+    config = tmp_path / 'lstm.yaml'
+    config.write_text('model_type: lstm\nmodel: {hidden_size: 8}\n'
+                      'training: {max_epochs: 2, progress: false}\n'
+                      'data: {problem: inverse, window: [20, 2]}\n')
+    out = tmp_path / 'run'
+    assert cli.main(['train', '--config', str(config), '--data', _csv(tmp_path / 'arm.csv'),
+                     '--columns', 'q=q_*', 'tau=tau_*', '--out', str(out)]) == 0
+    summary = json.loads((out / 'train_summary.json').read_text())
+    choice = summary['window_choice']
+    assert set(choice['held_nmse']) == {'20', '2'}
+    assert str(choice['window']) == min(choice['held_nmse'], key=choice['held_nmse'].get)
+    assert f"window {choice['window']} chosen" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('data', ['{problem: inverse, window: []}',
+                                  '{problem: inverse, window: [10, 0]}',
+                                  '{problem: forward, window: [10, 2]}'])
+def test_a_bad_window_list_is_refused_with_the_file_named(tmp_path, data):
+    config = tmp_path / 'lstm.yaml'
+    config.write_text(f'model_type: lstm\ndata: {data}\n')
+    with pytest.raises(ValueError, match=r'lstm.yaml: data.window is out of range'):
+        learning_cli.load_config(str(config))
