@@ -14,7 +14,7 @@ from bench.models import converge_budget_s
 from bench.real_data_results import (BLOCK, COMMON_TRAINING, CONTROL_DECIMATION,
                                      CONTROL_MODELS, CONTROL_VARIANTS, CURVE_MODELS,
                                      FORWARD_MODELS, GP_MAX_SAMPLES, KINOVA_MODELS,
-                                     PHYSICS_CHANGE, RESULTS, ROOT, WINDOW)
+                                     LSTM_WINDOWS, PHYSICS_CHANGE, RESULTS, ROOT, WINDOW)
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -89,6 +89,18 @@ def _inverse_table(models: dict, joints: int = 7) -> List[str]:
     return [header, '|---' * (8 + joints) + '|'] + _inverse_rows(models)
 
 
+def _window_notes(models: dict) -> List[str]:
+    """Say which training window each seed's LSTM chose (`learning.window_choice`)."""
+    lines = []
+    for name, entry in models.items():
+        chosen = [r['window_choice']['window'] for r in entry['runs'] if 'window_choice' in r]
+        if chosen:
+            lines.append(f'{name}: training window chosen on the held-out recordings (of '
+                         f'{", ".join(str(w) for w in LSTM_WINDOWS)} steps), per seed: '
+                         + '/'.join(str(w) for w in chosen) + '.')
+    return lines + [''] if lines else []
+
+
 def _coverage(models: dict) -> List[str]:
     warnings = next(iter(models.values()))['runs'][0]['coverage_warnings']
     if not warnings:
@@ -98,15 +110,17 @@ def _coverage(models: dict) -> List[str]:
 
 
 def _curve_table(curve: dict) -> List[str]:
-    lines = ['| N | LSTM nMSE | GP nMSE | LSTM time [s] | GP time [s] | LSTM epochs |',
-             '|---|---|---|---|---|---|']
+    lines = ['| N | LSTM nMSE | GP nMSE | LSTM time [s] | GP time [s] | LSTM epochs | '
+             'LSTM window |', '|---|---|---|---|---|---|---|']
     for size in sorted(curve['LSTM']):
         lstm, gp = curve['LSTM'][size]['runs'], curve.get('GP', {}).get(size, {}).get('runs')
         lines.append(f'| {size} | {_fmt(**_stats([r["mean_nmse"] for r in lstm]))} | '
                      + (_fmt(**_stats([r['mean_nmse'] for r in gp])) if gp else '-') + ' | '
                      + f'{np.mean([r["seconds"] for r in lstm]):.1f} | '
                      + (f'{np.mean([r["seconds"] for r in gp]):.1f}' if gp else '-') + ' | '
-                     + '/'.join(str(r['epochs']) for r in lstm) + ' |')
+                     + '/'.join(str(r['epochs']) for r in lstm) + ' | '
+                     + '/'.join(str(r.get('window_choice', {}).get('window', WINDOW))
+                                for r in lstm) + ' |')
     return lines
 
 
@@ -285,8 +299,11 @@ def markdown(results: dict) -> str:
              'dropped observations change with the seed, data splits do not). Raw numbers: '
              '`bench/results/real_data_results.json` (one entry per dataset, model and seed).',
              '', '## Training: converged, not clocked', '',
-             f'- Windows of {WINDOW} steps, batches of {COMMON_TRAINING["batch_size"]} windows, '
-             'Adam; early stopping with patience '
+             f'- Windows of {WINDOW} steps (the LSTM: one model per window '
+             f'length of {", ".join(str(w) for w in LSTM_WINDOWS)} steps, the one that predicts '
+             'the held-out recordings best, each predicted whole from a zero state, kept: '
+             '`learning/window_choice.py`; its train time is that of all of them), batches of '
+             f'{COMMON_TRAINING["batch_size"]} windows, Adam; early stopping with patience '
              f'{COMMON_TRAINING["patience"]} epochs and the best weights restored, at most '
              f'{COMMON_TRAINING["max_epochs"]} epochs unless a guard below, on validation data '
              'held out of the training side: inverse models, every fifth training recording, '
@@ -330,7 +347,7 @@ def markdown(results: dict) -> str:
                   'trust (1 inside the training ranges, falling outside).', '']
         for split, models in parts['kinova'].items():
             lines += [f'### Split: {split}', ''] + _inverse_table(models) + [''] \
-                + _coverage(models)
+                + _window_notes(models) + _coverage(models)
     if 'control' in parts:
         lines += ['## 2. Models fed tau(t-1) at the period of a controller', '',
                   f'Kinova: the same recordings with every {CONTROL_DECIMATION}th sample '
@@ -368,7 +385,8 @@ def markdown(results: dict) -> str:
                   'issue: the Kinova blocks split has 7 test blocks, too few to judge '
                   f'+- {CALIBRATION_TOLERANCE:g} points (`bench/calibration_folds.py`); the '
                   'claims below give the interval each test set allows.', '']
-        lines += _inverse_table(models, joints=6) + [''] + _coverage(models)
+        lines += _inverse_table(models, joints=6) + [''] + _window_notes(models) \
+            + _coverage(models)
     for dataset, title in (('pneumatic', 'Pneumatic arm forward dynamics (seed 004 Fig. 4c)'),
                            ('schunk', 'Schunk LWA 4P forward dynamics')):
         if dataset in parts:
