@@ -6,6 +6,7 @@ import pytest
 from robot_dynamics_learning import cli
 from robot_dynamics_learning.data.splits import split_validation
 from robot_dynamics_learning.learning import cli as learning_cli
+from robot_dynamics_learning.learning import window_choice
 from robot_dynamics_learning.learning.training import TrainConfig
 from robot_dynamics_learning.learning.window_choice import held_out_nmse, train_choosing_window
 from robot_dynamics_learning.models.registry import build_model
@@ -75,3 +76,10 @@ def test_a_bad_window_list_is_refused_with_the_file_named(tmp_path, data):
     config.write_text(f'model_type: lstm\ndata: {data}\n')
     with pytest.raises(ValueError, match=r'lstm.yaml: data.window is out of range'):
         learning_cli.load_config(str(config))
+
+
+def test_a_model_with_a_nan_score_is_never_chosen(monkeypatch):
+    scores = iter([float('nan'), 0.5])
+    monkeypatch.setattr(window_choice, 'held_out_nmse', lambda model, held: next(scores))
+    choice = train_choosing_window(_build, [_synthetic_trajectory(1500)], (20, 5), CONFIG)
+    assert choice.window == 5

@@ -236,7 +236,9 @@ def run_train(args: argparse.Namespace) -> int:
         model, result = chosen.model, chosen.result
         choice = {'window_choice': {'window': chosen.window, 'held_nmse': chosen.held_nmse}}
         print(f'window {chosen.window} chosen; held-out nMSE per window: '
-              + ', '.join(f'{w}: {v:.4f}' for w, v in chosen.held_nmse.items()))
+              + ', '.join(f'{w}: {v:.4f}' for w, v in chosen.held_nmse.items())
+              if chosen.held_nmse else f'too little data to hold out a block: window '
+              f'{chosen.window} trained alone')
     else:
         train, val = holdout_windows(
             trajectories, lambda pieces: make(pieces, window, data_config.get('stride')),
