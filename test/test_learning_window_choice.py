@@ -70,11 +70,12 @@ def test_rdl_train_chooses_among_listed_windows_and_records_the_choice(tmp_path,
 
 @pytest.mark.parametrize('data', ['{problem: inverse, window: []}',
                                   '{problem: inverse, window: [10, 0]}',
+                                  '{problem: inverse, window: [10, 10]}',
                                   '{problem: forward, window: [10, 2]}'])
 def test_a_bad_window_list_is_refused_with_the_file_named(tmp_path, data):
     config = tmp_path / 'lstm.yaml'
     config.write_text(f'model_type: lstm\ndata: {data}\n')
-    with pytest.raises(ValueError, match=r'lstm.yaml: data.window is out of range'):
+    with pytest.raises(ValueError, match=r'lstm.yaml: data.window as a list takes distinct'):
         learning_cli.load_config(str(config))
 
 

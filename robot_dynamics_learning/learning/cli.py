@@ -69,9 +69,13 @@ def load_config(path: Path) -> Dict[str, Any]:
         raise ValueError(f'{path}: unknown data key(s) {unknown}; allowed {sorted(DATA_KEYS)}')
     if data.get('problem', 'inverse') not in ('inverse', 'forward'):
         raise ValueError(f"{path}: data.problem must be 'inverse' or 'forward'")
-    checks = {'window': lambda v: _window_length(v) or (
-                  isinstance(v, list) and bool(v) and all(_window_length(w) for w in v)
-                  and data.get('problem', 'inverse') == 'inverse'),
+    window = data.get('window')
+    if isinstance(window, list) and not (
+            window and all(_window_length(w) for w in window)
+            and len(set(window)) == len(window) and data.get('problem', 'inverse') == 'inverse'):
+        raise ValueError(f'{path}: data.window as a list takes distinct lengths of 1 to 100000 '
+                         f'steps, for inverse models only; got {window!r}')
+    checks = {'window': lambda v: _window_length(v) or isinstance(v, list),
               'stride': lambda v: v is None or (type(v) is int and 1 <= v <= 100_000),
               'val_fraction': lambda v: isinstance(v, (int, float)) and 0.0 < v < 1.0,
               'acc_window_s': lambda v: isinstance(v, (int, float)) and 0.0 < v <= 60.0}
