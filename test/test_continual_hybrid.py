@@ -59,6 +59,29 @@ def test_payload_is_identified_and_a_change_is_tracked_within_a_few_hundred_samp
     assert max(errors[2300:]) < 0.1 * max(errors[1990:2010])
 
 
+def test_bursts_of_error_do_not_restart_the_estimate_but_a_new_payload_does():
+    # A trajectory's velocity reversals give tens of samples of large error (the residual
+    # network's misses); a restart there throws the estimate around. A payload change raises
+    # every error: that restarts it, once.
+    robot = load_urdf(PANDA)
+    fast = FastRegressor(robot, PANDA)
+    estimator = PayloadEstimator(fast, PayloadConfig(start_after=0))
+    rng = np.random.default_rng(4)
+    payload = np.zeros(10)
+    payload[0], payload[3] = 1.0, 0.1
+    for k, x in enumerate(_samples(rng, 6500)):
+        truth = payload if k < 6000 else 2.0 * payload
+        y = fast(x[:7], x[7:14], x[14:])
+        noise = 0.5 if 2000 <= k < 6000 and k % 500 < 40 else 0.01   # 40-sample bursts
+        estimator.predict(x)
+        estimator.update(y @ (fast.phi + np.pad(truth, (60, 0))) + rng.normal(0, noise, 7))
+        if k == 5999:
+            assert estimator.resets == 0
+            assert estimator.state()[0] == pytest.approx(1.0, abs=0.05)
+    assert estimator.resets == 1
+    assert estimator.state()[0] == pytest.approx(2.0, abs=0.05)
+
+
 def test_split_learner_stores_residuals_and_checkpoints_the_payload():
     config = {'urdf': str(PANDA), 'hidden_size': 8, 'payload_start_after': 0}
     torch.manual_seed(0)
@@ -111,3 +134,5 @@ def test_non_finite_targets_leave_the_payload_estimate_alone():
     assert estimator.updates == 0 and np.all(estimator.state() == 0.0)
     with pytest.raises(ValueError, match='change_ratio'):
         PayloadConfig(change_ratio=-1.0)
+    with pytest.raises(ValueError, match='change_window'):
+        PayloadConfig(change_window=0)
