@@ -284,12 +284,16 @@ class DynamicsLearnerNode(ManagedNode):
         self.pub_diag.publish(array)
         if self.params.status_path:
             self._write_status(values)
+        # The hybrid's payload estimate and how often a payload change restarted it.
+        payload = ('' if 'payload_mass_change_kg' not in values else
+                   f", payload {values['payload_mass_change_kg']:+.2f} kg "
+                   f"({values['payload_resets']} change(s) detected)")
         self.get_logger().info(
             f"{self.parser.counter.summary()}; samples {values.get('samples', 0)}, "
             f"steps {values.get('train_steps', 0)}, loss {values.get('training_loss', 0):.4g}, "
             f"prequential nMSE {values.get('prequential_nmse', float('nan')):.4g}, "
             f"latency p50 {values['latency_p50_ms']:.3f} ms p99 {values['latency_p99_ms']:.3f}"
-            ' ms')
+            f' ms{payload}')
 
     def _write_status(self, values: dict) -> None:
         path = Path(self.params.status_path)
