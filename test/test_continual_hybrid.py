@@ -35,6 +35,16 @@ def test_fast_regressor_matches_the_package_regressor():
     assert copy.deepcopy(fast) is fast
 
 
+def _payload_step(estimator: PayloadEstimator, x: np.ndarray, truth: np.ndarray, noise: float,
+                  rng: np.random.Generator) -> float:
+    """Predict, then update on the torque of payload `truth` plus noise; return the max error."""
+    fast = estimator.regressor
+    target = fast(x[:7], x[7:14], x[14:]) @ (fast.phi + np.pad(truth, (60, 0)))
+    error = np.abs(estimator.predict(x) - target).max()
+    estimator.update(target + rng.normal(0, noise, 7))
+    return float(error)
+
+
 def test_payload_is_identified_and_a_change_is_tracked_within_a_few_hundred_samples():
     robot = load_urdf(PANDA)
     fast = FastRegressor(robot, PANDA)
@@ -46,12 +56,8 @@ def test_payload_is_identified_and_a_change_is_tracked_within_a_few_hundred_samp
     payload[4] = payload[7] = 2.0 * 0.15 ** 2
     errors = []
     for k, x in enumerate(_samples(rng, 3000)):
-        truth = payload if k < 2000 else np.zeros(10)
-        y = fast(x[:7], x[7:14], x[14:])
-        target = y @ (fast.phi + np.pad(truth, (60, 0)))
-        prediction = estimator.predict(x)
-        errors.append(np.abs(prediction - target).max())
-        estimator.update(target + rng.normal(0, 0.01, 7))
+        errors.append(_payload_step(estimator, x, payload if k < 2000 else np.zeros(10), 0.01,
+                                    rng))
         if k == 1999:
             assert estimator.state()[0] == pytest.approx(2.0, abs=0.05)
     assert estimator.resets >= 1     # the removal was detected
@@ -63,18 +69,14 @@ def test_bursts_of_error_do_not_restart_the_estimate_but_a_new_payload_does():
     # A trajectory's velocity reversals give tens of samples of large error (the residual
     # network's misses); a restart there throws the estimate around. A payload change raises
     # every error: that restarts it, once.
-    robot = load_urdf(PANDA)
-    fast = FastRegressor(robot, PANDA)
-    estimator = PayloadEstimator(fast, PayloadConfig(start_after=0))
+    estimator = PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA),
+                                 PayloadConfig(start_after=0))
     rng = np.random.default_rng(4)
     payload = np.zeros(10)
     payload[0], payload[3] = 1.0, 0.1
     for k, x in enumerate(_samples(rng, 6500)):
-        truth = payload if k < 6000 else 2.0 * payload
-        y = fast(x[:7], x[7:14], x[14:])
         noise = 0.5 if 2000 <= k < 6000 and k % 500 < 40 else 0.01   # 40-sample bursts
-        estimator.predict(x)
-        estimator.update(y @ (fast.phi + np.pad(truth, (60, 0))) + rng.normal(0, noise, 7))
+        _payload_step(estimator, x, payload if k < 6000 else 2.0 * payload, noise, rng)
         if k == 5999:
             assert estimator.resets == 0
             assert estimator.state()[0] == pytest.approx(1.0, abs=0.05)
