@@ -66,7 +66,7 @@ def test_payload_is_identified_and_a_change_is_tracked_within_a_few_hundred_samp
 
 
 def test_bursts_of_error_do_not_restart_the_estimate_but_a_new_payload_does():
-    # A trajectory's velocity reversals give tens of samples of large error (the residual
+    # A trajectory gives bursts of tens of samples of large error at some phases (the residual
     # network's misses); a restart there throws the estimate around. A payload change raises
     # every error: that restarts it, once.
     estimator = PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA),

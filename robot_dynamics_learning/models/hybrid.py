@@ -309,9 +309,10 @@ class PayloadEstimator:
         resetting P to its prior lets least squares re-identify in tens of samples instead
         of waiting for the forgetting factor (without restarts the residual network learned
         the payload too and a +2 kg change cost 7x the error before it for 10 s). A median,
-        not a short mean: the trajectory's own bursts (velocity reversals, tens of samples at
-        20-30x) raised a 20-sample mean as high as a +2 kg change did, and each false restart
-        threw the estimate around (the wrist joints' error doubled for the rest of a run).
+        not a short mean: the trajectory's own bursts (tens of samples at 20-30x, at the same
+        phase of every period) raised a 20-sample mean as high as a +2 kg change did, and
+        each false restart threw the estimate around (the wrist joints' error doubled for the
+        rest of a run).
         The level follows the median in log space (it spans orders of magnitude while the
         estimate first converges): down within ~200 samples, up within ~2000, so a change
         does not raise its own threshold. After a restart the window refills before the
