@@ -65,20 +65,23 @@ def test_payload_is_identified_and_a_change_is_tracked_within_a_few_hundred_samp
     assert max(errors[2300:]) < 0.1 * max(errors[1990:2010])
 
 
-def test_bursts_of_error_do_not_restart_the_estimate_but_a_new_payload_does():
+@pytest.mark.parametrize('burst', [15, 60])   # samples; the test's window is 40
+def test_bursts_of_error_leave_the_estimate_but_a_new_payload_restarts_it(burst):
     # A trajectory gives bursts of tens of samples of large error at some phases (the residual
-    # network's misses); a restart there throws the estimate around. A payload change raises
-    # every error: that restarts it, once.
+    # network's misses); a restart there throws the estimate around. Bursts shorter than half
+    # the test's window do not restart it; longer ones do, and the trial that follows undoes
+    # the restart. A payload change raises every error: that restarts it, once, for good.
     estimator = PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA),
                                  PayloadConfig(start_after=0))
     rng = np.random.default_rng(4)
     payload = np.zeros(10)
     payload[0], payload[3] = 1.0, 0.1
     for k, x in enumerate(_samples(rng, 6500)):
-        noise = 0.5 if 2000 <= k < 6000 and k % 500 < 40 else 0.01   # 40-sample bursts
+        noise = 0.5 if 2000 <= k < 6000 and k % 1000 < burst else 0.01
         _payload_step(estimator, x, payload if k < 6000 else 2.0 * payload, noise, rng)
         if k == 5999:
             assert estimator.resets == 0
+            assert (estimator.false_alarms > 0) == (burst > PayloadConfig().change_window // 2)
             assert estimator.state()[0] == pytest.approx(1.0, abs=0.05)
     assert estimator.resets == 1
     assert estimator.state()[0] == pytest.approx(2.0, abs=0.05)

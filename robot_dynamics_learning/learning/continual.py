@@ -619,7 +619,8 @@ class ContinualLearner:
                 'weights_version': self.predictor.version,
                 **({} if self.physics is None
                    else {'payload_mass_change_kg': float(self.physics.state()[0]),
-                         'payload_resets': self.physics.resets})}
+                         'payload_resets': self.physics.resets,
+                         'payload_false_alarms': self.physics.false_alarms})}
 
 
 class InverseDynamicsStream:

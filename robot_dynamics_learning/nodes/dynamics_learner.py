@@ -287,7 +287,8 @@ class DynamicsLearnerNode(ManagedNode):
         # The hybrid's payload estimate and how often a payload change restarted it.
         payload = ('' if 'payload_mass_change_kg' not in values else
                    f", payload {values['payload_mass_change_kg']:+.2f} kg "
-                   f"({values['payload_resets']} change(s) detected)")
+                   f"({values['payload_resets']} change(s) detected, "
+                   f"{values['payload_false_alarms']} undone)")
         self.get_logger().info(
             f"{self.parser.counter.summary()}; samples {values.get('samples', 0)}, "
             f"steps {values.get('train_steps', 0)}, loss {values.get('training_loss', 0):.4g}, "
