@@ -349,8 +349,8 @@ class PayloadEstimator:
         The median squared weighted innovation of the last `change_window` samples against its
         long-term level: a new payload raises every innovation by orders of magnitude, and
         resetting P to its prior lets least squares re-identify in tens of samples instead
-        of waiting for the forgetting factor (without restarts the residual network learned
-        the payload too and a +2 kg change cost 7x the error before it for 10 s). A median,
+        of waiting for the forgetting factor (without restarts a +2 kg change cost 7.7x the
+        error before it over the next 10 s, offline replay). A median,
         not a short mean: the trajectory's own bursts (tens of samples at 20-30x, at the same
         phase of every period) raised a 20-sample mean as high as a +2 kg change did, and
         each false restart threw the estimate around (the wrist joints' error doubled for the
