@@ -1,12 +1,15 @@
 """The LSTM's training window chosen on held-out recordings (`learning.window_choice`)."""
+import copy
 import json
 
 import numpy as np
 import pytest
 from robot_dynamics_learning import cli
 from robot_dynamics_learning.data.splits import split_validation
+from robot_dynamics_learning.data.windows import inverse_dynamics_arrays, whole_sequence
 from robot_dynamics_learning.learning import cli as learning_cli
 from robot_dynamics_learning.learning import window_choice
+from robot_dynamics_learning.learning.evaluation import predict_inverse
 from robot_dynamics_learning.learning.training import TrainConfig
 from robot_dynamics_learning.learning.window_choice import held_out_nmse, train_choosing_window
 from robot_dynamics_learning.models.registry import build_model
@@ -30,6 +33,22 @@ def test_the_model_returned_is_the_one_of_the_best_window():
     # the returned weights score what was recorded for its window (not the last one trained)
     assert held_out_nmse(choice.model, held) == pytest.approx(choice.held_nmse[choice.window])
     assert choice.result.seconds >= 0.0 and choice.result.epochs <= CONFIG.max_epochs
+
+
+def test_the_chosen_models_variance_covers_the_held_recordings_predicted_whole():
+    torch.manual_seed(0)
+    recordings = [_synthetic_trajectory(1500)]
+    choice = train_choosing_window(_build, recordings, (20, 5), CONFIG)
+    _, held = split_validation(recordings, 20, 0.2)
+    predicted = predict_inverse(choice.model, held)
+    z = np.abs(predicted['target'] - predicted['prediction']) / np.sqrt(predicted['variance'])
+    # Calibrated on exactly these errors (not on the training windows' first steps).
+    assert np.mean(z <= 1) == pytest.approx(0.683, abs=0.05)
+    assert np.mean(z <= 2) == pytest.approx(0.954, abs=0.05)
+    again = copy.deepcopy(choice.model)
+    again.calibrate_variance_whole(
+        [whole_sequence(inverse_dynamics_arrays(piece)) for piece in held])
+    torch.testing.assert_close(again.support.near_var, choice.model.support.near_var)
 
 
 def test_too_little_data_trains_the_first_window_alone():

@@ -33,11 +33,47 @@ def test_angle_features_stream_like_windows_and_wrap_angles():
 def test_numpy_stepper_gives_the_variance_of_the_torch_step():
     torch.manual_seed(1)
     model = build_model('lstm', {'hidden_size': 8}, 6, 2, 2)
-    batch = SequenceBatch(torch.randn(2, 5, 6), torch.zeros(2, 5, 2), torch.randn(2, 5, 2))
+    observations = torch.randn(8, 60, 6)
+    # Targets noisier where the first input is large: the variance gets a shape.
+    targets = torch.randn(8, 60, 2) * (0.2 + observations[..., :1].abs())
+    batch = SequenceBatch(observations, torch.zeros(8, 60, 2), targets)
     model.fit_normalization(batch)
     model.calibrate_variance(batch)
+    assert float(model.support.shape.weight.abs().max()) > 0.1
     stepper = model.numpy_stepper()
-    for scale in (0.5, 4.0):   # inside, then outside the training range
+    for scale in (0.5, -1.5, 4.0):   # inside, inside on the other side, outside the range
         observation = scale * torch.ones(1, 6)
         expected = model.step(None, observation).variance[0].numpy()
         assert np.allclose(stepper.variance(observation[0].numpy()), expected, rtol=1e-5)
+
+
+def test_the_linear_path_starts_at_zero_streams_like_windows_and_learns_a_sign():
+    torch.manual_seed(2)
+    plain = build_model('lstm', {'hidden_size': 8, 'angle_features': True}, 6, 2, 2)
+    torch.manual_seed(2)
+    model = build_model('lstm', {'hidden_size': 8, 'angle_features': True,
+                                 'linear_skip': True}, 6, 2, 2)
+    qd = torch.randn(4, 30, 2)
+    observations = torch.cat([torch.randn(4, 30, 2), qd, torch.randn(4, 30, 2)], dim=-1)
+    # Coulomb friction only: a step in the sign of qd, which the linear path has as a feature.
+    batch = SequenceBatch(observations, torch.zeros(4, 30, 2), 2.0 * torch.sign(qd))
+    for m in (plain, model):
+        m.fit_normalization(batch)
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch).mean, plain(batch).mean)   # zero at the start
+    optimizer = torch.optim.Adam(model.skip.parameters(), lr=0.05)
+    for _ in range(300):   # the linear path alone (the LSTM frozen) fits the friction
+        optimizer.zero_grad()
+        loss, _ = model.loss(batch)
+        loss.backward()
+        optimizer.step()
+    assert float(loss.detach()) < 0.05
+    state, streamed = model.init_state(4), []
+    for t in range(30):
+        step = model.step(state, observations[:, t])
+        state = step.state
+        streamed.append(step.prediction)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.stack(streamed, 1), model(batch).mean, atol=1e-5,
+                                   rtol=1e-5)
+    assert model.numpy_stepper() is None

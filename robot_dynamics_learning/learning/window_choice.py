@@ -9,7 +9,9 @@ then predicts the held pieces whole from a zero state, as a test recording is pr
 as the nodes stream; the lowest mean nMSE wins (a model whose score is not finite never
 does). Measured (LSTM, seeds 0-2, docs/models.md): Kinova blocks nMSE 0.277 with 50-step
 windows only, 0.124 with the choice (10 steps each time); on the Schunk arm 50 steps are
-chosen each time (2-step windows: 1.15 against 0.12, seed 0).
+chosen each time (2-step windows: 1.15 against 0.12, seed 0). The chosen model's variance
+is then calibrated on the held pieces predicted whole (`calibrate_variance_whole`), the
+errors a test recording shows.
 """
 import math
 from typing import Callable, Dict, NamedTuple, Sequence
@@ -17,7 +19,8 @@ from typing import Callable, Dict, NamedTuple, Sequence
 import numpy as np
 from robot_dynamics_learning.data.splits import split_validation
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.data.windows import inverse_dynamics_windows
+from robot_dynamics_learning.data.windows import (inverse_dynamics_arrays,
+                                                  inverse_dynamics_windows, whole_sequence)
 from robot_dynamics_learning.learning.evaluation import predict_inverse
 from robot_dynamics_learning.learning.metrics import nmse_per_output
 from robot_dynamics_learning.learning.training import (split_windows, train_model, TrainConfig,
@@ -57,9 +60,10 @@ def train_choosing_window(build: Callable[[], DynamicsModel], trajectories: Sequ
     Train one inverse model per window length in `windows`; keep the best on held recordings.
 
     `build` returns a fresh model; the held-out pieces (`split_validation`, sized by the
-    longest window) are the same for every candidate. Ties go to the earlier window. With
-    too little data to hold out a block, the first window trains alone, validated on the
-    last `val_fraction` of its windows (`split_windows`), and no score is returned.
+    longest window) are the same for every candidate and, each predicted whole, calibrate
+    the chosen model's variance. Ties go to the earlier window. With too little data to hold
+    out a block, the first window trains alone, validated on the last `val_fraction` of its
+    windows (`split_windows`), and no score is returned.
     """
     if not windows or any(type(w) is not int or w < 1 for w in windows):
         raise ValueError(f'windows must be positive integers, got {list(windows)}')
@@ -81,4 +85,6 @@ def train_choosing_window(build: Callable[[], DynamicsModel], trajectories: Sequ
         scores[window] = held_out_nmse(model, held)
         if best is None or _rank(scores[window]) < _rank(scores[best.window]):
             best = WindowChoice(model, result, window, {})
+    best.model.calibrate_variance_whole(
+        [whole_sequence(inverse_dynamics_arrays(piece)) for piece in held])
     return best._replace(held_nmse=scores, result=best.result._replace(seconds=seconds))

@@ -7,7 +7,7 @@ layer) and are re-exported here. Shapes: B batch, T time, all tensors float.
 """
 import abc
 import math
-from typing import Any, NamedTuple, Optional, Protocol, Tuple
+from typing import Any, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 from robot_dynamics_learning.core_types import Prediction, SequenceBatch, StepOutput
@@ -114,6 +114,14 @@ class DynamicsModel(nn.Module, abc.ABC):
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
         """Set the predicted variance from held-out windows after training (none by default)."""
+
+    def calibrate_variance_whole(self, recordings: Sequence[SequenceBatch]) -> None:
+        """
+        Set the variance from held-out recordings, each a batch predicted whole from a zero state.
+
+        What a test recording and a stream see (a window's first steps, or a whole run's
+        last, are not). Models without it keep their window calibration.
+        """
 
     def split_physics(self) -> Optional[PhysicsSplit]:
         """

@@ -10,7 +10,9 @@ from typing import Any, Dict, Optional, Sequence, Type, TypeVar
 
 from robot_dynamics_learning.models.base import (check_finite, DynamicsModel, SequenceBatch,
                                                  StepOutput)
-from robot_dynamics_learning.models.coverage import coverage_scale, coverage_variance
+from robot_dynamics_learning.models.coverage import coverage_scale
+from robot_dynamics_learning.models.defaulted_buffers import DefaultedBuffers
+from robot_dynamics_learning.models.error_shape import ErrorShape
 import torch
 from torch import nn
 
@@ -222,21 +224,6 @@ TRUST_FLOOR = 1e-3
 UNBOUNDED = 1e9   # normalised units: the range of an unfitted `InputSupport`
 
 
-class DefaultedBuffers(nn.Module):
-    """
-    A module added to models after checkpoints of them existed: its buffers may be missing.
-
-    Loading such a checkpoint keeps this module's neutral defaults (and the checkpoint's shape
-    check accepts their absence), so older files stay usable.
-    """
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        """Fill the buffers a checkpoint lacks with the current (neutral) values."""
-        for name, value in self._buffers.items():
-            state_dict.setdefault(prefix + name, value)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-
 class ErrorVariance(DefaultedBuffers):
     """
     One error variance per output, for models that cannot say more (the URDF model).
@@ -300,6 +287,8 @@ class InputSupport(DefaultedBuffers):
     is enough: every learned model fails on a new combination); trust w = exp(-d^2 / (2 l^2)),
     l = `length`. The variance moves from near_var (w = 1) to far_var (w = 0): calibrated on
     held-out data inside the range, rising outside it, where every learned model fails.
+    Inside the range near_var is shaped by the inputs (`ErrorShape`, fitted by `calibrate`;
+    flat otherwise): larger where the held-out errors were.
     """
 
     def __init__(self, n_in: int, n_out: int, watched: Sequence[int], length: float,
@@ -313,6 +302,7 @@ class InputSupport(DefaultedBuffers):
         self.register_buffer('high', torch.full((n_in,), UNBOUNDED))
         self.register_buffer('near_var', torch.ones(n_out))
         self.register_buffer('far_var', torch.ones(n_out))
+        self.shape = ErrorShape(n_in, n_out)
 
     def fit_range(self, normalized_inputs: torch.Tensor) -> None:
         """Record the range of the (normalised) training inputs, `margin` added."""
@@ -344,6 +334,17 @@ class InputSupport(DefaultedBuffers):
             self.far_var.copy_(far_var.detach().clamp_min(1e-8))
         self.far_var.copy_(torch.maximum(self.far_var, self.near_var))
 
+    def calibrate(self, normalized_inputs: torch.Tensor, squared_error: torch.Tensor) -> None:
+        """
+        Shape and size the in-range variance from held-out errors (normalised units).
+
+        The shape follows the errors (`ErrorShape.fit`); the size is the factor on it whose
+        1 and 2 std cover them best (`coverage_scale`).
+        """
+        self.shape.fit(normalized_inputs, squared_error)
+        factor = self.shape.factor(normalized_inputs.to(squared_error.dtype))
+        self.fit_errors(coverage_scale(squared_error, factor))
+
     def trust(self, normalized_inputs: torch.Tensor) -> torch.Tensor:
         """Return w in [0, 1], shape (...,), for normalised inputs (..., n_in)."""
         x = normalized_inputs[..., self.watched]
@@ -367,7 +368,8 @@ class InputSupport(DefaultedBuffers):
     def variance(self, normalized_inputs: torch.Tensor) -> torch.Tensor:
         """Return the expected squared error (..., n_out) in normalised target units."""
         weight = self.trust(normalized_inputs).unsqueeze(-1)
-        return weight * self.near_var + (1.0 - weight) * self.far_var
+        near = self.near_var * self.shape.factor(normalized_inputs)
+        return weight * near + (1.0 - weight) * torch.maximum(self.far_var, near)
 
 
 class SupportedVariance:
@@ -399,10 +401,19 @@ class SupportedVariance:
         return self.input_norm.normalize(self._model_inputs(observations))
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
-        """Set the in-range error variance from validation errors (`coverage_variance`)."""
+        """Set the in-range error variance from validation errors (`InputSupport.calibrate`)."""
+        self.calibrate_variance_whole([val])
+
+    def calibrate_variance_whole(self, recordings: Sequence[SequenceBatch]) -> None:
+        """Set the in-range error variance from the errors on every step of these batches."""
+        inputs, errors = [], []
         with torch.no_grad():
-            error = self._normalized_prediction(val) - self.target_norm.normalize(val.targets)
-            self.support.fit_errors(coverage_variance(error.pow(2)))
+            for batch in recordings:
+                error = self._normalized_prediction(batch) - self.target_norm.normalize(
+                    batch.targets)
+                inputs.append(self._support_inputs(batch.observations).flatten(0, -2))
+                errors.append(error.pow(2).flatten(0, -2))
+        self.support.calibrate(torch.cat(inputs), torch.cat(errors))
 
     def _variance(self, observations: torch.Tensor) -> torch.Tensor:
         """Return the variance (..., d) in N m^2 for raw inputs (..., n_obs)."""

@@ -16,6 +16,7 @@ from robot_dynamics_learning.models.common import (check_batch, check_step_input
                                                    TRUST_FLOOR)
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,15 +26,22 @@ class LSTMConfig(ModelConfig):
 
     angle_features: read [sin q, cos q, qd, qdd] instead of [q, qd, qdd] (gravity and
     Coriolis terms are trigonometric in q); the per-message numpy stepper is then not used.
+    linear_skip: add to the read-out a linear map of the normalised inputs and of
+    tanh(qd / friction_speed) per joint (a smooth sign of qd: Coulomb friction), zero at the
+    start. The part of the torque that is linear in these needs no recurrent fit, so the
+    LSTM learns the rest from less data (measured in docs/models.md, "A linear path"); the
+    numpy stepper is then not used either. friction_speed in rad/s.
     """
 
     hidden_size: int = 32
     num_layers: int = 1
     angle_features: bool = False
+    linear_skip: bool = False
+    friction_speed: float = 0.02
 
     def __post_init__(self) -> None:
         """Validate: positive sizes, at most two layers (more did not help in seed 001)."""
-        self._positive('hidden_size', 'num_layers')
+        self._positive('hidden_size', 'num_layers', 'friction_speed')
         if self.num_layers > 2:
             raise ValueError(f'LSTMConfig.num_layers must be 1 or 2, got {self.num_layers}')
 
@@ -94,19 +102,26 @@ class NumpyLSTMStepper:
         self._output = (_numpy(output_norm.mean), _numpy(output_norm.std))
         self._support = None if support is None else (
             support.watched, _numpy(support.low), _numpy(support.high),
-            _numpy(support.near_var), _numpy(support.far_var), support.length)
+            _numpy(support.near_var), _numpy(support.far_var), support.length,
+            _numpy(support.shape.weight), _numpy(support.shape.offset),
+            _numpy(support.shape.low), _numpy(support.shape.high))
 
     def variance(self, observation: np.ndarray) -> Optional[np.ndarray]:
         """Return the expected squared error (n_out,) for one input (n_in,); None: no support."""
         if self._support is None:
             return None
-        watched, low, high, near, far, length = self._support
+        watched, low, high, near, far, length, shape, offset, shape_low, shape_high = \
+            self._support
         mean, std = self._input
-        x = ((np.asarray(observation, np.float32) - mean) / std)[watched]
+        inputs = (np.asarray(observation, np.float32) - mean) / std
+        x = inputs[watched]
         excess = np.maximum(low[watched] - x, 0.0) + np.maximum(x - high[watched], 0.0)
         weight = np.exp(-0.5 * np.sum(excess ** 2) / length ** 2)
         weight = 0.0 if weight < TRUST_FLOOR else weight
-        return ((weight * near + (1.0 - weight) * far) * self._output[1] ** 2).astype(np.float64)
+        log_factor = np.concatenate([inputs, np.abs(inputs)]) @ shape - offset
+        near = near * np.exp(np.clip(log_factor, shape_low, shape_high))
+        variance = weight * near + (1.0 - weight) * np.maximum(far, near)
+        return (variance * self._output[1] ** 2).astype(np.float64)
 
     def state_from(self, state: 'LSTMState') -> np.ndarray:
         """Convert a batch-1 `LSTMState` of the torch model."""
@@ -148,6 +163,21 @@ class LSTMInverseDynamics(SupportedVariance, InverseModel):
         self.lstm = nn.LSTM(width, config.hidden_size, config.num_layers, batch_first=True)
         self.head = nn.Linear(config.hidden_size, n_target)
         self.support = support_of(width, n_target)
+        if config.linear_skip:
+            self.skip = nn.Linear(width + n_obs // 3, n_target)
+            nn.init.zeros_(self.skip.weight)
+            nn.init.zeros_(self.skip.bias)
+
+    def _read_out(self, hidden: torch.Tensor, observations: torch.Tensor,
+                  normalized_inputs: torch.Tensor) -> torch.Tensor:
+        """Return the normalised torque: the head on the LSTM output, plus the linear path."""
+        out = F.linear(hidden, self.head.weight, self.head.bias)   # no module-call overhead
+        if not self.config.linear_skip:
+            return out
+        joints = self.n_obs // 3
+        friction = torch.tanh(observations[..., joints:2 * joints] / self.config.friction_speed)
+        features = torch.cat([normalized_inputs, friction], dim=-1)
+        return out + F.linear(features, self.skip.weight, self.skip.bias)
 
     def _model_inputs(self, observations: torch.Tensor) -> torch.Tensor:
         if not self.config.angle_features:
@@ -174,15 +204,15 @@ class LSTMInverseDynamics(SupportedVariance, InverseModel):
         if state is None:
             state = self.init_state(observation.shape[0])
         with torch.inference_mode():
-            x, h, c = lstm_step(self.lstm, self._support_inputs(observation), state)
-            tau = self.target_norm.denormalize(
-                torch.addmm(self.head.bias, x, self.head.weight.t()))
+            inputs = self._support_inputs(observation)
+            x, h, c = lstm_step(self.lstm, inputs, state)
+            tau = self.target_norm.denormalize(self._read_out(x, observation, inputs))
             variance = self._variance(observation)
         return StepOutput(tau, variance, LSTMState(h, c))
 
     def numpy_stepper(self) -> Optional[NumpyLSTMStepper]:
-        """Return the numpy twin of `step` for one stream (None with angle features)."""
-        if self.config.angle_features:
+        """Return the numpy twin of `step` for one stream (None with angle features or skip)."""
+        if self.config.angle_features or self.config.linear_skip:
             return None
         return NumpyLSTMStepper(self.lstm, self.head, self.input_norm, self.target_norm,
                                 self.support)
@@ -197,8 +227,9 @@ class LSTMInverseDynamics(SupportedVariance, InverseModel):
         return self._normalized(batch)
 
     def _normalized(self, batch: SequenceBatch) -> torch.Tensor:
-        out, _ = self.lstm(self._support_inputs(batch.observations))
-        return self.head(out)
+        inputs = self._support_inputs(batch.observations)
+        out, _ = self.lstm(inputs)
+        return self._read_out(out, batch.observations, inputs)
 
     def loss(self, batch: SequenceBatch) -> Tuple[torch.Tensor, dict]:
         """MSE in normalised torque units over joints and steps (seed 001, Eq. 3)."""

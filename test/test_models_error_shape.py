@@ -1,0 +1,90 @@
+"""The in-range error variance follows where the held-out errors were (`ErrorShape`)."""
+import numpy as np
+import pytest
+from robot_dynamics_learning.models.common import InputSupport
+from robot_dynamics_learning.models.error_shape import ErrorShape, MIN_ERRORS_PER_WEIGHT
+import torch
+
+
+def _errors(n: int, seed: int = 0):
+    """Two inputs; output 0's error std grows with x0 > 0 only, output 1's is constant."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, generator=generator)
+    std = torch.stack([0.1 * torch.exp(1.2 * x[:, 0].clamp_min(0.0)),
+                       torch.full((n,), 0.3)], dim=1)
+    return x, std * torch.randn(n, 2, generator=generator)
+
+
+def _within(error: torch.Tensor, variance: torch.Tensor, k: float) -> np.ndarray:
+    return (error.abs() <= k * variance.sqrt()).double().mean(dim=0).numpy()
+
+
+def test_shaped_variance_covers_heteroscedastic_errors_where_a_flat_one_cannot():
+    x, error = _errors(6000)
+    support = InputSupport(2, 2, [0, 1], length=1.0)
+    support.fit_range(x)
+    support.calibrate(x, error.pow(2))
+    fresh_x, fresh_error = _errors(6000, seed=1)
+    variance = support.variance(fresh_x)
+    assert _within(fresh_error, variance, 1)[0] == pytest.approx(0.683, abs=0.03)
+    assert _within(fresh_error, variance, 2)[0] == pytest.approx(0.954, abs=0.02)
+    flat = InputSupport(2, 2, [0, 1], length=1.0)
+    flat.fit_range(x)
+    flat.fit_errors(error.pow(2).mean(dim=0))
+    # The flat variance (the MSE) is too wide where errors are small, too narrow where large.
+    assert _within(fresh_error, flat.variance(fresh_x), 1)[0] > 0.8
+    # Output 1's errors do not depend on the inputs: its shape stays nearly flat.
+    factor = support.shape.factor(fresh_x)[:, 1]
+    assert float(factor.log().std()) < 0.1
+
+
+def test_the_shape_may_grow_in_one_direction_of_an_input_only():
+    x, error = _errors(6000)
+    shape = ErrorShape(2, 2)
+    assert shape.fit(x, error.pow(2))
+    factor = shape.factor(torch.tensor([[2.0, 0.0], [-2.0, 0.0], [0.0, 0.0]]))[:, 0]
+    assert float(factor[0] / factor[2]) > 5.0   # exp(2 * 1.2)^2 = 121 in truth
+    assert float(factor[1] / factor[2]) == pytest.approx(1.0, abs=0.3)
+
+
+def test_a_shape_the_second_half_of_the_errors_contradicts_is_not_kept():
+    x, error = _errors(6000)
+    # Output 1 now grows with x0 > 0 in the first half and with x0 < 0 in the second.
+    flipped = torch.cat([x[:3000, 0], -x[3000:, 0]]).clamp_min(0.0)
+    error[:, 1] = 0.1 * torch.exp(1.2 * flipped) * torch.randn(6000)
+    shape = ErrorShape(2, 2)
+    assert shape.fit(x, error.pow(2))
+    assert float(shape.weight[:, 0].abs().max()) > 0.1   # output 0: the same in both halves
+    assert torch.equal(shape.factor(x)[:, 1], torch.ones(6000))
+
+
+def test_far_inputs_do_not_extrapolate_the_shape():
+    x, error = _errors(6000)
+    shape = ErrorShape(2, 2)
+    shape.fit(x, error.pow(2))
+    seen = shape.factor(x).max(dim=0).values
+    far = shape.factor(torch.tensor([[100.0, 100.0]]))[0]
+    assert torch.all(far <= seen * (1 + 1e-5))
+
+
+def test_too_few_or_non_finite_errors_leave_the_shape_flat():
+    shape = ErrorShape(2, 2)
+    few = 2 * MIN_ERRORS_PER_WEIGHT * 4 - 1   # 4 weights per output, two halves to check
+    x, error = _errors(few)
+    assert not shape.fit(x, error.pow(2))
+    assert torch.equal(shape.factor(x), torch.ones(few, 2))
+    x, error = _errors(2000)
+    error[5, 0] = float('nan')
+    assert not shape.fit(x, error.pow(2))
+    assert torch.equal(shape.factor(x), torch.ones(2000, 2))
+
+
+def test_a_support_saved_before_the_shape_loads_flat():
+    support = InputSupport(2, 2, [0, 1], length=1.0)
+    x, error = _errors(3000)
+    support.calibrate(x, error.pow(2))
+    old = {k: v for k, v in support.state_dict().items() if not k.startswith('shape.')}
+    loaded = InputSupport(2, 2, [0, 1], length=1.0)
+    loaded.load_state_dict(old)
+    assert torch.equal(loaded.shape.factor(x), torch.ones(3000, 2))
+    torch.testing.assert_close(loaded.near_var, support.near_var)
