@@ -14,7 +14,7 @@ Kinova blocks' FFNN (validation blocks unlike the test blocks) fell from 73 / 96
 53-61 / 78-84 %, NLL 1.8 -> 8-26.
 """
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 from robot_dynamics_learning.models.coverage import coverage_scale, coverage_variance
 from robot_dynamics_learning.models.defaulted_buffers import DefaultedBuffers
@@ -89,13 +89,17 @@ class ErrorShape(DefaultedBuffers):
         weight = _fit_log_variance(features, errors)
         if weight is None or not bool(shaped.any()):
             return False
-        raw = features @ (weight * shaped)
-        offset = raw.mean(dim=0)
         self.weight.copy_(weight * shaped)
-        self.offset.copy_(offset)
-        self.low.copy_((raw - offset).min(dim=0).values)
-        self.high.copy_((raw - offset).max(dim=0).values)
+        for buffer, value in zip((self.offset, self.low, self.high),
+                                 _centred_bounds(features @ self.weight.double())):
+            buffer.copy_(value)
         return True
+
+
+def _centred_bounds(raw: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return the offset (the mean of raw) and the least and greatest raw - offset (d,)."""
+    offset = raw.mean(dim=0)
+    return offset, (raw - offset).min(dim=0).values, (raw - offset).max(dim=0).values
 
 
 def _fit_log_variance(features: torch.Tensor, errors: torch.Tensor) -> Optional[torch.Tensor]:
@@ -140,12 +144,9 @@ def _held_out_gain(features: torch.Tensor, errors: torch.Tensor) -> torch.Tensor
         if weight is None:
             return torch.full_like(gain, -math.inf)
         raw = features[fit] @ weight
-        offset = raw.mean(dim=0)
-        log_factor = torch.maximum(torch.minimum(features[held] @ weight - offset,
-                                                 (raw - offset).max(dim=0).values),
-                                   (raw - offset).min(dim=0).values)
-        factor = (raw - offset).exp()
-        shaped = coverage_scale(errors[fit], factor) * log_factor.exp()
+        offset, low, high = _centred_bounds(raw)
+        log_factor = torch.maximum(torch.minimum(features[held] @ weight - offset, high), low)
+        shaped = coverage_scale(errors[fit], (raw - offset).exp()) * log_factor.exp()
         flat = coverage_variance(errors[fit]).expand_as(errors[held])
         gain += _nll(errors[held], flat) - _nll(errors[held], shaped)
     return gain
