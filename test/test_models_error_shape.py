@@ -88,3 +88,18 @@ def test_a_support_saved_before_the_shape_loads_flat():
     loaded.load_state_dict(old)
     assert torch.equal(loaded.shape.factor(x), torch.ones(3000, 2))
     torch.testing.assert_close(loaded.near_var, support.near_var)
+
+
+def test_flatness_follows_fit_reset_and_loading():
+    x, error = _errors(3000)
+    shape = ErrorShape(2, 2)
+    assert shape.flat
+    assert shape.fit(x, error.pow(2)) and not shape.flat
+    loaded = ErrorShape(2, 2)
+    loaded.load_state_dict(shape.state_dict())
+    assert not loaded.flat
+    torch.testing.assert_close(loaded.factor(x), shape.factor(x))
+    shape.reset()
+    assert shape.flat
+    loaded.load_state_dict(shape.state_dict())
+    assert loaded.flat

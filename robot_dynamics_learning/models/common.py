@@ -368,7 +368,8 @@ class InputSupport(DefaultedBuffers):
     def variance(self, normalized_inputs: torch.Tensor) -> torch.Tensor:
         """Return the expected squared error (..., n_out) in normalised target units."""
         weight = self.trust(normalized_inputs).unsqueeze(-1)
-        near = self.near_var * self.shape.factor(normalized_inputs)
+        near = self.near_var if self.shape.flat else (
+            self.near_var * self.shape.factor(normalized_inputs))
         return weight * near + (1.0 - weight) * torch.maximum(self.far_var, near)
 
 

@@ -102,7 +102,8 @@ class NumpyLSTMStepper:
         self._output = (_numpy(output_norm.mean), _numpy(output_norm.std))
         self._support = None if support is None else (
             support.watched, _numpy(support.low), _numpy(support.high),
-            _numpy(support.near_var), _numpy(support.far_var), support.length,
+            _numpy(support.near_var), _numpy(support.far_var), support.length)
+        self._shape = None if support is None or support.shape.flat else (
             _numpy(support.shape.weight), _numpy(support.shape.offset),
             _numpy(support.shape.low), _numpy(support.shape.high))
 
@@ -110,16 +111,17 @@ class NumpyLSTMStepper:
         """Return the expected squared error (n_out,) for one input (n_in,); None: no support."""
         if self._support is None:
             return None
-        watched, low, high, near, far, length, shape, offset, shape_low, shape_high = \
-            self._support
+        watched, low, high, near, far, length = self._support
         mean, std = self._input
         inputs = (np.asarray(observation, np.float32) - mean) / std
         x = inputs[watched]
         excess = np.maximum(low[watched] - x, 0.0) + np.maximum(x - high[watched], 0.0)
         weight = np.exp(-0.5 * np.sum(excess ** 2) / length ** 2)
         weight = 0.0 if weight < TRUST_FLOOR else weight
-        log_factor = np.concatenate([inputs, np.abs(inputs)]) @ shape - offset
-        near = near * np.exp(np.clip(log_factor, shape_low, shape_high))
+        if self._shape is not None:   # `ErrorShape.factor`
+            shape, offset, shape_low, shape_high = self._shape
+            log_factor = np.concatenate([inputs, np.abs(inputs)]) @ shape - offset
+            near = near * np.exp(np.clip(log_factor, shape_low, shape_high))
         variance = weight * near + (1.0 - weight) * np.maximum(far, near)
         return (variance * self._output[1] ** 2).astype(np.float64)
 
