@@ -9,7 +9,8 @@ within 1 and 2 predicted std. For offset 0 the share within 1 std is also resamp
 test blocks (bootstrap, whole blocks): the spread a 7-block test set allows.
 
 Run: `python -m bench.calibration_folds [--models LSTM,FFNN] [--seed 0]` (about 10 minutes
-on one core); writes bench/results/calibration_folds.json and prints a Markdown table.
+on one core); writes bench/results/calibration_folds.json (models not named keep their rows)
+and prints a Markdown table.
 """
 import argparse
 import json
@@ -82,6 +83,10 @@ def main(argv=None) -> None:
     datasets.require_full_data('bench.calibration_folds')
     torch.set_num_threads(1)
     results = run(models, args.seed)
+    if RESULTS.exists():   # the models not recomputed keep their rows (same seed only)
+        before = json.loads(RESULTS.read_text())
+        if before.get('seed') == args.seed:
+            results = {**before['models'], **results}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({'seed': args.seed, 'torch': torch.__version__,
                                    'models': results}, indent=1))

@@ -314,7 +314,9 @@ def markdown(results: dict) -> str:
              f'- Windows of {WINDOW} steps (the LSTM: one model per window '
              f'length of {", ".join(str(w) for w in LSTM_WINDOWS)} steps, the one that predicts '
              'the held-out recordings best, each predicted whole from a zero state, kept: '
-             '`learning/window_choice.py`; its train time is that of all of them), batches of '
+             '`learning/window_choice.py`; its train time is that of all of them; the '
+             'stateless FFNN inverse model: single samples, its own batch size, learning rate '
+             'and patience, in its overrides below), batches of '
              f'{COMMON_TRAINING["batch_size"]} windows, Adam; early stopping with patience '
              f'{COMMON_TRAINING["patience"]} epochs and the best weights restored, at most '
              f'{COMMON_TRAINING["max_epochs"]} epochs unless a guard below, on validation data '
@@ -329,6 +331,8 @@ def markdown(results: dict) -> str:
              f'{CURVE_MODELS["LSTM"][2]["patience"]} (small N has few batches per epoch).',
              '- Model sizes, Kinova: ' + '; '.join(f'{n}: `{t}` {c}' for n, (t, c, _)
                                                    in KINOVA_MODELS.items()),
+             '- Training overrides: ' + '; '.join(f'{n}: {o}' for n, (_, _, o)
+                                                  in KINOVA_MODELS.items() if o),
              '- Model sizes, forward sets: ' + '; '.join(f'{n}: `{t}` {c}' for n, (t, c, _)
                                                          in FORWARD_MODELS.items()),
              '- Uncertainty: GP posterior variance; LSTM, FFNN and hybrid: the validation error '

@@ -9,8 +9,8 @@ input ([sin q, cos q, qd] scaled by the training std; quartiles of that distance
 that fails near its training data under-fits, one that fails only far from it extrapolates
 badly. The GP's fitted length scales (median per input group) say which inputs it uses.
 
-Run: `python -m bench.small_data` (about 4 minutes on one core); writes
-bench/results/small_data.json and prints a Markdown table.
+Run: `python -m bench.small_data` (about 4 minutes on one core; `--models NAME` recomputes
+that variant only); writes bench/results/small_data.json and prints a Markdown table.
 """
 import argparse
 import json
@@ -81,13 +81,14 @@ def length_scales(model) -> Dict[str, float]:
             for k, group in enumerate(('q', 'qd', 'qdd'))}
 
 
-def run() -> dict:
-    """Train every variant at N = SIZE; score overall and by distance."""
+def run(names: Sequence[str]) -> dict:
+    """Train the variants `names` at N = SIZE; score overall and by distance."""
     stream, test, _ = bench.curve_data('kinova')
     train = first_samples(stream, SIZE)
     results: Dict[str, dict] = {}
     distance = edges = None
-    for name, (spec, seeds) in VARIANTS.items():
+    for name in names:
+        spec, seeds = VARIANTS[name]
         rows, predictions = [], []
         for seed in tqdm(seeds, desc=name):
             model, fit, _ = bench._fit_inverse(spec, train, seed, False, gp_sees_all=True)
@@ -133,10 +134,16 @@ def markdown(results: dict) -> str:
 
 def main(argv=None) -> None:
     """Parse arguments, run, write the JSON, print the table."""
-    argparse.ArgumentParser(description=__doc__.split('\n\n')[1]).parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
+    parser.add_argument('--models', action='append', choices=list(VARIANTS),
+                        help='a variant to recompute (repeat for more); the others keep their '
+                             'rows in the JSON (default: all)')
+    args = parser.parse_args(argv)
     datasets.require_full_data('bench.small_data')
     torch.set_num_threads(1)
-    results = run()
+    results = run(args.models or list(VARIANTS))
+    if args.models and RESULTS.exists():   # the other variants keep their rows
+        results['models'] = {**json.loads(RESULTS.read_text())['models'], **results['models']}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({'torch': torch.__version__, **results}, indent=1))
     print(markdown(results))

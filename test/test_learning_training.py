@@ -17,7 +17,7 @@ from robot_dynamics_learning.learning import cli as cli_module
 from robot_dynamics_learning.learning.checkpoint import (CheckpointDirectory, load_checkpoint,
                                                          save_checkpoint)
 from robot_dynamics_learning.learning.training import split_windows, train_model, TrainConfig
-from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.models.registry import build_model, model_builder
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +58,40 @@ def test_early_stopping_stops_when_validation_does_not_improve():
     result = train_model(model, train, val, TrainConfig(max_epochs=100, patience=3,
                                                         learning_rate=1e-12, progress=False))
     assert result.epochs == 4  # epoch 1 sets the best, three stale epochs stop it
+
+
+def test_refit_all_trains_on_the_validation_windows_too_and_keeps_their_calibration():
+    train = inverse_dynamics_windows([_synthetic_trajectory()], 1)
+    other = _synthetic_trajectory(seed=1)   # a region of q the training windows never reach
+    other = Trajectory(time=other.time, joint_names=list(JOINTS), q=other.q + 1.5, qd=other.qd,
+                       qdd=other.qdd, tau=other.tau + 3.0 * (np.cos(other.q + 1.5)
+                                                             - np.cos(other.q)))
+    val = inverse_dynamics_windows([other], 1)
+    models, results = [], []
+    for refit in (False, True):
+        torch.manual_seed(0)
+        models.append(build_model('ffnn', {'hidden': [32, 32]}, 6, 2, 2))
+        results.append(train_model(models[-1], train, val, TrainConfig(
+            max_epochs=40, patience=5, batch_size=256, min_delta=0.0, progress=False,
+            refit_all=refit)))
+    plain, refitted = results
+    first = [entry for entry in refitted.history if not entry.get('refit')]
+    assert first == plain.history   # the same early-stopping run decides the epoch count
+    best_epoch = int(np.argmin([entry['val_loss'] for entry in first])) + 1
+    assert sum(1 for entry in refitted.history if entry.get('refit')) == best_epoch
+    # The variance stays the one measured on the windows held out of the first run.
+    assert torch.equal(models[0].support.near_var, models[1].support.near_var)
+    # and the refitted weights have seen the other region
+    val_losses = [float(model.loss(val)[0].detach()) for model in models]
+    assert val_losses[1] < 0.5 * val_losses[0]
+
+
+def test_refit_all_is_refused_where_held_recordings_choose_the_window(tmp_path):
+    config = tmp_path / 'lstm.yaml'
+    config.write_text('model_type: lstm\ntraining: {refit_all: true}\n'
+                      'data: {problem: inverse, window: [10, 2]}\n')
+    with pytest.raises(ValueError, match='refit_all would train on the recordings that choose'):
+        cli_module.load_config(config)
 
 
 def test_gp_is_conditioned_not_trained():
@@ -175,6 +209,15 @@ def test_rdl_train_and_evaluate_on_the_pneumatic_arm(tmp_path, capsys):
     metrics = json.loads((tmp_path / 'eval.json').read_text())
     assert len(metrics['multi_step_rmse']) == 5
     assert all(np.isfinite(metrics['multi_step_rmse']))
+
+
+@pytest.mark.parametrize('path', sorted((ROOT / 'config' / 'models').glob('*.yaml')),
+                         ids=lambda path: path.name)
+def test_every_shipped_training_config_passes_the_checks_of_rdl_train(path):
+    config = cli_module.load_config(path)   # raises on any bad key or value
+    builder = model_builder(config['model_type'])
+    assert builder.config_class.from_dict(config['model']) is not None
+    assert TrainConfig.from_dict(config['training']).max_seconds is None   # converged, unclocked
 
 
 def test_schunk_split_tests_inside_the_training_joint_ranges():

@@ -75,6 +75,9 @@ def load_config(path: Path) -> Dict[str, Any]:
             and len(set(window)) == len(window) and data.get('problem', 'inverse') == 'inverse'):
         raise ValueError(f'{path}: data.window as a list takes distinct lengths of 1 to 100000 '
                          f'steps, for inverse models only; got {window!r}')
+    if isinstance(window, list) and (config['training'] or {}).get('refit_all'):
+        raise ValueError(f'{path}: training.refit_all would train on the recordings that '
+                         'choose among data.window: give one window length')
     checks = {'window': lambda v: _window_length(v) or isinstance(v, list),
               'stride': lambda v: v is None or (type(v) is int and 1 <= v <= 100_000),
               'val_fraction': lambda v: isinstance(v, (int, float)) and 0.0 < v < 1.0,

@@ -67,6 +67,8 @@ def train_choosing_window(build: Callable[[], DynamicsModel], trajectories: Sequ
     """
     if not windows or any(type(w) is not int or w < 1 for w in windows):
         raise ValueError(f'windows must be positive integers, got {list(windows)}')
+    if config.refit_all:
+        raise ValueError('refit_all would train on the recordings that choose the window')
     fit, held = split_validation(trajectories, max(windows), val_fraction)
     if not fit or not held:
         model = build()
