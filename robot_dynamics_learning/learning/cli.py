@@ -263,8 +263,10 @@ def run_train(args: argparse.Namespace) -> int:
     (out / 'train_summary.json').write_text(json.dumps(
         {**metadata, 'checkpoint': str(path), 'test': report, 'history': result.history},
         indent=1))
-    print(f'trained {config["model_type"]} in {result.seconds:.1f} s ({result.epochs} epochs), '
-          f'best validation loss {result.best_val_loss:.5f}; checkpoint {path}')
+    refit = sum(1 for entry in result.history if entry.get('refit'))
+    print(f'trained {config["model_type"]} in {result.seconds:.1f} s ({result.epochs} epochs'
+          + (f', then {refit} on the training and validation data together' if refit else '')
+          + f'), best validation loss {result.best_val_loss:.5f}; checkpoint {path}')
     if report is not None:
         print(format_report(report))
     return 0
