@@ -167,8 +167,12 @@ COST = {'schunk': 4.0, 'pneumatic': 1.0, 'kinova': 1.0, 'control': 0.5, 'curve':
 Cell = Dict[str, object]
 
 
+WINDOW_KEYS = ('window', 'windows')   # a spec's windowing, not training settings
+
+
 def _train_config(overrides: dict, seed: int, quick: bool) -> TrainConfig:
-    values = {**COMMON_TRAINING, **overrides, 'seed': seed}
+    values = {**COMMON_TRAINING, **{k: v for k, v in overrides.items() if k not in WINDOW_KEYS},
+              'seed': seed}
     if quick:
         values.update(max_epochs=2)
     return TrainConfig.from_dict(values)
@@ -258,7 +262,7 @@ def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quic
         choice = train_choosing_window(
             lambda: build_model(model_type, config, 3 * joints, joints, joints), train_trajs,
             overrides['windows'],
-            _train_config({k: v for k, v in overrides.items() if k != 'windows'}, seed, quick),
+            _train_config(overrides, seed, quick),
             1.0 / VAL_EVERY, lambda w: stride if w == WINDOW else default_stride(w))
         return choice.model, choice.result, {'window': choice.window,
                                              'held_nmse': choice.held_nmse}
@@ -280,8 +284,7 @@ def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quic
         config = {**config, 'seed': seed,
                   **({'hyper_iterations': 5, 'max_train': 500} if quick else {})}
     model = build_model(model_type, config, 3 * joints, joints, joints)
-    result = train_model(model, train, val, _train_config(
-        {k: v for k, v in overrides.items() if k != 'window'}, seed, quick))
+    result = train_model(model, train, val, _train_config(overrides, seed, quick))
     if model_type == 'gp' and val is not None:
         # The scale measured on the held recordings, on a GP conditioned on every sample (the
         # held ones too: 4/5 of the blocks cost the GP 24 % nMSE). Slightly conservative.
