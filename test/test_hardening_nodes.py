@@ -52,6 +52,7 @@ def test_f03_mpc_refuses_use_sim_time_at_run_time_and_keeps_braking(tmp_path):
             changed = time.monotonic()
             time.sleep(2.0)   # the issue saw no command at all for 2 s
             after = commands.since(changed)
+            # 20 Hz would give 40; half of that leaves room for a loaded machine's late ticks.
             assert len(after) >= 20, f'{len(after)} brake commands in 2 s (20 Hz expected)'
     finally:
         assert stop_node(process) == 0, log.read_text()
@@ -65,20 +66,31 @@ def test_f04_estimator_is_not_blinded_by_one_future_pose(tmp_path):
             twists, counters, publisher = estimator_probe(probe.node)
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
             assert wait_for(lambda: 'parser_accepted' in counters, 30.0), log.read_text()
-            rate = 200.0
-            for i in range(300):
+            rate, future_index = 200.0, 100
+            stamps: list = []
+
+            def estimates_after_future() -> int:
+                return sum(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec
+                           > stamps[future_index + 1] for m in twists)
+
+            # Poses go on after the future one until 50 estimates follow it (a blinded estimator
+            # publishes none) or 15 s pass: a stall in either process cannot shrink the window.
+            deadline = time.monotonic() + 15.0
+            i = 0
+            while i <= future_index + 100 or (estimates_after_future() <= 50
+                                               and time.monotonic() < deadline):
                 stamp = time.time_ns()
-                if i == 100:
+                if i == future_index:
                     stamp += 30 * 1_000_000_000   # one pose 30 s ahead
+                stamps.append(stamp)
                 angle = 0.5 * i / rate
                 publisher.publish(planar_pose_msg(stamp, math.sin(angle), 0.0, angle))
                 time.sleep(1.0 / rate)
-            end_ns = time.time_ns()
+                i += 1
             assert wait_for(lambda: counters.get('parser_future_stamp') == '1', 5.0), counters
             assert 'parser_stamp_backwards' not in counters, counters
-            late = [m for m in twists if m.header.stamp.sec * 1e9 + m.header.stamp.nanosec
-                    > end_ns - 0.5e9]
-            assert len(late) > 20, f'{len(late)} estimates in the last 0.5 s of poses'
+            assert estimates_after_future() > 50, \
+                f'{estimates_after_future()} estimates after the future pose, {i} poses sent'
     finally:
         assert stop_node(process) == 0, log.read_text()
 

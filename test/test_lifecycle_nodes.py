@@ -92,7 +92,8 @@ def test_car_mpc_brakes_on_deactivate_and_drives_after_activate(tmp_path):
             braked = [i for i, c in enumerate(after) if c[1:] == (brake, 0.0)]
             # The deactivate's brake, soon after the request (ticks already running when the
             # service call was on its way may publish before it); after it only brakes.
-            assert braked and after[braked[0]][0] - before < 0.5, after
+            # (1 s, not the tick's 50 ms: the service call itself may wait on a loaded machine.)
+            assert braked and after[braked[0]][0] - before < 1.0, after
             assert all(c[1:] == (brake, 0.0) for c in after[braked[0]:]), after
             resumed = time.monotonic()
             transition(probe, 'car_mpc', Transition.TRANSITION_ACTIVATE)
@@ -145,8 +146,10 @@ def test_dynamics_learner_is_silent_while_inactive_and_rebuilds_after_cleanup(tm
             sample = publish_until(publisher, 0, lambda: len(predictions) >= 60)
             time.sleep(1.0)   # a few training steps, so that cleanup has weights to save
             transition(probe, 'dynamics_learner', Transition.TRANSITION_DEACTIVATE)
-            time.sleep(0.3)
-            silent = len(predictions)
+            silent = -1
+            while silent != len(predictions):   # predictions already in flight arrive first
+                silent = len(predictions)
+                time.sleep(0.3)
             sample = publish_joint_states(publisher, sample, 60)
             time.sleep(1.0)
             assert len(predictions) == silent, 'predictions while inactive'
