@@ -77,8 +77,8 @@ def test_f04_estimator_is_not_blinded_by_one_future_pose(tmp_path):
             # publishes none) or 15 s pass: a stall in either process cannot shrink the window.
             deadline = time.monotonic() + 15.0
             i = 0
-            while i <= future_index + 100 or (estimates_after_future() <= 50
-                                               and time.monotonic() < deadline):
+            while i <= future_index + 100 or (
+                    estimates_after_future() <= 50 and time.monotonic() < deadline):
                 stamp = time.time_ns()
                 if i == future_index:
                     stamp += 30 * 1_000_000_000   # one pose 30 s ahead
