@@ -146,10 +146,12 @@ def test_dynamics_learner_is_silent_while_inactive_and_rebuilds_after_cleanup(tm
             sample = publish_until(publisher, 0, lambda: len(predictions) >= 60)
             time.sleep(1.0)   # a few training steps, so that cleanup has weights to save
             transition(probe, 'dynamics_learner', Transition.TRANSITION_DEACTIVATE)
-            silent = -1
-            while silent != len(predictions):   # predictions already in flight arrive first
-                silent = len(predictions)
+            silent = len(predictions)
+            for _ in range(20):   # predictions already in flight arrive first (at most 6 s)
                 time.sleep(0.3)
+                if len(predictions) == silent:
+                    break
+                silent = len(predictions)
             sample = publish_joint_states(publisher, sample, 60)
             time.sleep(1.0)
             assert len(predictions) == silent, 'predictions while inactive'
