@@ -1,8 +1,11 @@
 """The in-range error variance follows where the held-out errors were (`ErrorShape`)."""
+import math
+
 import numpy as np
 import pytest
 from robot_dynamics_learning.models.common import InputSupport
 from robot_dynamics_learning.models.error_shape import ErrorShape, MIN_ERRORS_PER_WEIGHT
+from robot_dynamics_learning.models.neighbours import TrainingNeighbours
 import torch
 
 
@@ -103,3 +106,63 @@ def test_flatness_follows_fit_reset_and_loading():
     assert shape.flat
     loaded.load_state_dict(shape.state_dict())
     assert loaded.flat
+
+
+def _away_from_the_data(n: int, seed: int):
+    """Training inputs on a ring; held-out inputs off it, errors growing with the distance."""
+    generator = torch.Generator().manual_seed(seed)
+    angle = 2 * math.pi * torch.rand(n, generator=generator)
+    ring = torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
+    offset = 0.8 * torch.rand(n, 1, generator=generator)
+    held = ring * (1.0 + offset)   # inside the ring's range, up to 0.8 off it
+    error = 0.05 * (1.0 + 10.0 * offset) * torch.randn(n, 2, generator=generator)
+    return ring, held, error
+
+
+def test_the_variance_grows_with_the_distance_to_the_training_inputs_inside_the_range():
+    ring, held, error = _away_from_the_data(6000, seed=0)
+    support = InputSupport(2, 2, [0, 1], length=1.0)
+    support.fit_range(ring)
+    support.calibrate(held, error.pow(2))
+    assert support.shape.uses_distance
+    assert float(support.shape.distance_weight.min()) > 0.5
+    # Scored on fresh held-out inputs: calibrated at every distance, where a shape from the
+    # inputs alone (no training inputs kept) covers the near errors far too widely.
+    _, fresh, fresh_error = _away_from_the_data(6000, seed=1)
+    near = (fresh.norm(dim=1) - 1.0) < 0.2
+    within = _within(fresh_error[near], support.variance(fresh[near]), 1)
+    assert np.all(np.abs(within - 0.683) < 0.08)
+    blind = InputSupport(2, 2, [0, 1], length=1.0)
+    blind.fit_range(ring)
+    blind.shape.neighbours.count.zero_()
+    blind.calibrate(held, error.pow(2))
+    assert not blind.shape.uses_distance
+    assert np.all(_within(fresh_error[near], blind.variance(fresh[near]), 1) > 0.85)
+
+
+def test_the_kept_inputs_are_a_uniform_sample_of_every_training_batch():
+    neighbours = TrainingNeighbours(1, capacity=500)
+    neighbours.reset(torch.zeros(100, 1))
+    for first in range(0, 20_000, 1000):   # then inputs 1..20 000, a batch at a time
+        neighbours.add(torch.arange(first + 1, first + 1001, dtype=torch.float32)[:, None])
+    kept = neighbours.points[:int(neighbours.count), 0]
+    assert int(neighbours.count) == 500 and int(neighbours.seen) == 20_100
+    # Uniform over the 20 100 offered: about 0.5 % zeros, each quarter of 1..20 000 ~ 25 %.
+    assert int((kept == 0).sum()) < 10
+    quarters = torch.histc(kept[kept > 0], bins=4, min=1, max=20_000) / float((kept > 0).sum())
+    assert torch.all((quarters - 0.25).abs() < 0.07)
+    assert torch.equal(neighbours.distance(torch.tensor([[0.5], [-3.0]])) <= 3.0,
+                       torch.tensor([True, True]))
+
+
+def test_a_support_saved_before_the_neighbours_loads_and_ignores_the_distance():
+    support = InputSupport(2, 2, [0, 1], length=1.0)
+    ring, held, error = _away_from_the_data(6000, seed=0)
+    support.fit_range(ring)
+    support.calibrate(held, error.pow(2))
+    old = {k: v for k, v in support.state_dict().items()
+           if 'neighbours' not in k and 'distance_weight' not in k}
+    loaded = InputSupport(2, 2, [0, 1], length=1.0)
+    loaded.load_state_dict(old)
+    assert loaded.shape.neighbours.empty and not loaded.shape.uses_distance
+    assert torch.isfinite(loaded.variance(held)).all()

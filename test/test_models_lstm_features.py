@@ -33,18 +33,22 @@ def test_angle_features_stream_like_windows_and_wrap_angles():
 def test_numpy_stepper_gives_the_variance_of_the_torch_step():
     torch.manual_seed(1)
     model = build_model('lstm', {'hidden_size': 8}, 6, 2, 2)
-    observations = torch.randn(8, 60, 6)
-    # Targets noisier where the first input is large: the variance gets a shape.
-    targets = torch.randn(8, 60, 2) * (0.2 + observations[..., :1].abs())
-    batch = SequenceBatch(observations, torch.zeros(8, 60, 2), targets)
-    model.fit_normalization(batch)
-    model.calibrate_variance(batch)
+    observations = torch.randn(12, 60, 6)
+    model.fit_normalization(SequenceBatch(observations, torch.zeros(12, 60, 2),
+                                          torch.randn(12, 60, 2)))
+    # Held-out inputs off the training ones, targets noisier where the first input is large
+    # and farther off: the variance gets a shape in both.
+    off = 0.5 * torch.rand(12, 60, 1)
+    held = observations + off * torch.randn(12, 60, 6)
+    targets = torch.randn(12, 60, 2) * (0.2 + held[..., :1].abs()) * (0.2 + 4.0 * off)
+    model.calibrate_variance(SequenceBatch(held, torch.zeros(12, 60, 2), targets))
     assert float(model.support.shape.weight.abs().max()) > 0.1
+    assert model.support.shape.uses_distance
     stepper = model.numpy_stepper()
     for scale in (0.5, -1.5, 4.0):   # inside, inside on the other side, outside the range
-        observation = scale * torch.ones(1, 6)
-        expected = model.step(None, observation).variance[0].numpy()
-        assert np.allclose(stepper.variance(observation[0].numpy()), expected, rtol=1e-5)
+        for observation in (scale * torch.ones(1, 6), observations[:1, 7] + 0.1 * scale):
+            expected = model.step(None, observation).variance[0].numpy()
+            assert np.allclose(stepper.variance(observation[0].numpy()), expected, rtol=1e-5)
 
 
 def test_the_linear_path_starts_at_zero_streams_like_windows_and_learns_a_sign():

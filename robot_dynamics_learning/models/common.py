@@ -302,23 +302,24 @@ class InputSupport(DefaultedBuffers):
         self.register_buffer('high', torch.full((n_in,), UNBOUNDED))
         self.register_buffer('near_var', torch.ones(n_out))
         self.register_buffer('far_var', torch.ones(n_out))
-        self.shape = ErrorShape(n_in, n_out)
+        self.shape = ErrorShape(n_in, n_out, self.watched)
 
     def fit_range(self, normalized_inputs: torch.Tensor) -> None:
-        """Record the range of the (normalised) training inputs, `margin` added."""
+        """Record the range of the (normalised) training inputs, `margin` added, and a sample."""
         flat = normalized_inputs.reshape(-1, normalized_inputs.shape[-1]).to(self.low.dtype)
         low, high = flat.min(dim=0).values, flat.max(dim=0).values
         pad = self.margin * (high - low)
         self.low.copy_(low - pad)
         self.high.copy_(high + pad)
+        self.shape.neighbours.reset(flat[:, self.watched])
 
     def widen(self, normalized_inputs: torch.Tensor) -> None:
         """
-        Grow the range to cover these inputs too (each training batch calls it).
+        Grow the range to cover these inputs too, and offer them to the kept sample.
 
-        A continual learner fits the range at its warm-up, on the first second of motion;
-        the data it trains on later must count as seen, or the trust falls to the prior
-        wherever the robot went afterwards.
+        Each training batch calls it. A continual learner fits the range at its warm-up, on
+        the first second of motion; the data it trains on later must count as seen, or the
+        trust falls to the prior wherever the robot went afterwards.
         """
         if not torch.is_grad_enabled():   # a training step, not a validation pass
             return
@@ -326,6 +327,7 @@ class InputSupport(DefaultedBuffers):
         flat = flat.to(self.low.dtype)
         torch.minimum(self.low, flat.min(dim=0).values, out=self.low)
         torch.maximum(self.high, flat.max(dim=0).values, out=self.high)
+        self.shape.neighbours.add(flat[:, self.watched])
 
     def fit_errors(self, near_var: torch.Tensor, far_var: Optional[torch.Tensor] = None) -> None:
         """Set the held-out error variances (normalised target units), floored at 1e-8."""

@@ -14,6 +14,7 @@ from robot_dynamics_learning.models.common import (check_batch, check_step_input
                                                    InputSupport, InverseModel, ModelConfig,
                                                    Normalizer, support_of, SupportedVariance,
                                                    TRUST_FLOOR)
+from robot_dynamics_learning.models.neighbours import DISTANCE_FLOOR
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -106,6 +107,13 @@ class NumpyLSTMStepper:
         self._shape = None if support is None or support.shape.flat else (
             _numpy(support.shape.weight), _numpy(support.shape.offset),
             _numpy(support.shape.low), _numpy(support.shape.high))
+        neighbours = None if support is None else support.shape.neighbours
+        if self._shape is None or not support.shape.uses_distance:
+            self._distance = None
+        else:   # float64 points and their squared norms: |p - x|^2 in one product, exact enough
+            points = neighbours.points[:int(neighbours.count)].double().numpy()
+            self._distance = (points, np.sum(points ** 2, axis=1),
+                              _numpy(support.shape.distance_weight))
 
     def variance(self, observation: np.ndarray) -> Optional[np.ndarray]:
         """Return the expected squared error (n_out,) for one input (n_in,); None: no support."""
@@ -121,6 +129,12 @@ class NumpyLSTMStepper:
         if self._shape is not None:   # `ErrorShape.factor`
             shape, offset, shape_low, shape_high = self._shape
             log_factor = np.concatenate([inputs, np.abs(inputs)]) @ shape - offset
+            if self._distance is not None:   # `ErrorShape.log_distance`
+                points, norms, distance_weight = self._distance
+                x64 = x.astype(np.float64)
+                nearest = np.sqrt(max(float(np.min(norms - 2.0 * (points @ x64)) + x64 @ x64),
+                                      0.0))
+                log_factor = log_factor + np.log(nearest + DISTANCE_FLOOR) * distance_weight
             near = near * np.exp(np.clip(log_factor, shape_low, shape_high))
         variance = weight * near + (1.0 - weight) * np.maximum(far, near)
         return (variance * self._output[1] ** 2).astype(np.float64)
