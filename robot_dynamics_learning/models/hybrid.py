@@ -521,9 +521,7 @@ class HybridInverse(SharesURDFModel, DynamicsModel):
         """
         Set the residual's validation error (near) and the prior's own error (far).
 
-        Both in normalised residual units: the prior alone predicts a zero residual. The near
-        one is shaped by the inputs and the distance to the training inputs
-        (`InputSupport.calibrate`).
+        Both in normalised residual units: the prior alone predicts a zero residual.
         """
         with torch.no_grad():
             residual = val.targets if self.residual_only else (
@@ -531,8 +529,7 @@ class HybridInverse(SharesURDFModel, DynamicsModel):
             target = self.residual_norm.normalize(residual)
             near = (self._residual(val) - target).pow(2)
             far = (self.residual_norm.normalize(torch.zeros_like(residual)) - target).pow(2)
-            self.support.calibrate(self.input_norm.normalize(val.observations), near)
-            self.support.fit_errors(self.support.near_var.clone(), coverage_variance(far))
+            self.support.fit_errors(coverage_variance(near), coverage_variance(far))
 
     def _trusted(self, observation: torch.Tensor, residual: torch.Tensor
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
