@@ -119,8 +119,9 @@ class ErrorShape(DefaultedBuffers):
         errors = errors.double()
         if not bool(torch.isfinite(features).all() and torch.isfinite(errors).all()):
             return False
-        candidates = [_Candidate.fit(features, errors)]
-        if not self.neighbours.empty:
+        if self.neighbours.empty:
+            candidates = [_Candidate.fit(features, errors)]
+        else:
             log_distance = self.log_distance(inputs).double().unsqueeze(-1)
             features = torch.cat([features, log_distance], dim=-1)
             candidates = [_Candidate.fit(features, errors),

@@ -107,10 +107,10 @@ class NumpyLSTMStepper:
         self._shape = None if support is None or support.shape.flat else (
             _numpy(support.shape.weight), _numpy(support.shape.offset),
             _numpy(support.shape.low), _numpy(support.shape.high))
-        neighbours = None if support is None else support.shape.neighbours
         if self._shape is None or not support.shape.uses_distance:
             self._distance = None
         else:   # float64 points and their squared norms: |p - x|^2 in one product, exact enough
+            neighbours = support.shape.neighbours
             points = neighbours.points[:int(neighbours.count)].double().numpy()
             self._distance = (points, np.sum(points ** 2, axis=1),
                               _numpy(support.shape.distance_weight))

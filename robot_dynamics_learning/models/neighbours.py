@@ -41,13 +41,13 @@ class TrainingNeighbours(DefaultedBuffers):
     def reset(self, inputs: torch.Tensor) -> None:
         """Keep an evenly spaced sample of these inputs (..., n_in) only."""
         flat = inputs.detach().reshape(-1, self.points.shape[1]).to(self.points.dtype)
-        capacity = self.points.shape[0]
-        if flat.shape[0] > capacity:
-            flat = flat[torch.linspace(0, flat.shape[0] - 1, capacity).long()]
+        capacity, n = self.points.shape[0], flat.shape[0]
+        if n > capacity:
+            flat = flat[torch.linspace(0, n - 1, capacity).long()]
         self.points.zero_()
         self.points[:flat.shape[0]] = flat
         self.count.fill_(flat.shape[0])
-        self.seen.fill_(inputs.reshape(-1, self.points.shape[1]).shape[0])
+        self.seen.fill_(n)
 
     def add(self, inputs: torch.Tensor) -> None:
         """
