@@ -14,7 +14,8 @@ from bench.models import converge_budget_s
 from bench.real_data_results import (BLOCK, COMMON_TRAINING, CONTROL_DECIMATION,
                                      CONTROL_MODELS, CONTROL_VARIANTS, CURVE_MODELS,
                                      FORWARD_MODELS, GP_MAX_SAMPLES, KINOVA_MODELS,
-                                     LSTM_WINDOWS, PHYSICS_CHANGE, RESULTS, ROOT, WINDOW)
+                                     LSTM_WINDOWS, ON_PHYSICS, PHYSICS_CHANGE, RESULTS, ROOT,
+                                     TRUSTED, WINDOW)
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -379,6 +380,11 @@ def markdown(results: dict) -> str:
                   'A(q, qd, qdd) trained beside it: fed its own previous torque (blind) each '
                   'prediction moves half way to A (`anchor_rate` 0.5, models/rkn.py); given the '
                   'measured tau(t-1) it predicts as the model of the paper. '
+                  f'"{TRUSTED}" scales the learned change by the trust in the inputs (1 inside '
+                  'the training ranges of q and qd, falling to 0 outside, as the hybrid): '
+                  f'tau(t-1) alone far outside. "{ON_PHYSICS}" learns the change on top of '
+                  f'"{PHYSICS_CHANGE}", trusted the same way (so far outside it is that '
+                  'baseline), anchored as above (`trust_change`, `urdf`, `anchor_rate` 0.5). '
                   f'"{PHYSICS_CHANGE}" needs no training: tau(t-1) plus the change of the '
                   "URDF's torque without its inertial term, RNEA(q, qd, 0) (with it, the change "
                   'nMSE is 76-143 at 10 ms: the noise of the measured qdd); a stronger baseline '

@@ -15,6 +15,11 @@ SMALL = {
     'ac_rkn_inverse': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
                        'encoder_hidden': [8], 'decoder_hidden': [8],
                        'action_decoder_hidden': [8], 'control_hidden': [8]},
+    'ac_rkn_inverse_urdf': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
+                            'encoder_hidden': [8], 'decoder_hidden': [8],
+                            'action_decoder_hidden': [8], 'control_hidden': [8],
+                            'urdf': 'urdf/planar_2link.urdf', 'trust_change': True,
+                            'anchor_rate': 0.5},
     'ac_rkn_forward': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
                        'encoder_hidden': [8], 'decoder_hidden': [8], 'control_hidden': [8]},
     'rkn': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1, 'encoder_hidden': [8],
@@ -36,7 +41,7 @@ SMALL = {
 CASES = sorted(SMALL)
 # Cases that are a model type in another configuration.
 MODEL_TYPE_OF = {'ffnn_forward': 'ffnn', 'previous_value_forward': 'previous_value',
-                 'previous_value_urdf': 'previous_value'}
+                 'previous_value_urdf': 'previous_value', 'ac_rkn_inverse_urdf': 'ac_rkn_inverse'}
 
 
 def test_every_registered_arm_model_is_covered():

@@ -212,3 +212,23 @@ def test_an_anchored_inverse_model_does_not_drift_on_its_own_outputs():
     (anchored, scale), (paper, _) = _own_output_error(0.5), _own_output_error(0.0)
     assert anchored < 0.5 * paper, (anchored, paper)
     assert anchored < 0.3 * scale, (anchored, scale)   # well below the torque's own spread
+
+
+def test_an_untrusted_learned_change_falls_back_to_the_urdf_change():
+    """Far outside the training range the prediction is tau(t-1) plus the URDF's change."""
+    torch.manual_seed(3)
+    urdf = 'urdf/planar_2link.urdf'
+    model = build_model('ac_rkn_inverse', {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
+                                           'trust_change': True, 'urdf': urdf}, 6, 2, 2)
+    physics = build_model('previous_value', {'urdf': urdf}, 6, 2, 2)
+    batch = SequenceBatch(0.3 * torch.randn(2, 9, 6), torch.randn(2, 9, 2), torch.randn(2, 9, 2))
+    model.fit_normalization(batch)
+    inside = model(batch).mean
+    assert not torch.allclose(inside, physics(batch).mean, atol=1e-3)   # the learned change
+    far = batch._replace(observations=batch.observations + 40.0)
+    torch.testing.assert_close(model(far).mean, physics(far).mean)
+    state = None   # the stream carries the previous step's URDF torque
+    for t in range(far.observations.shape[1]):
+        state = model.step(None if state is None else state.state, far.observations[:, t],
+                           far.actions[:, t])
+        torch.testing.assert_close(state.prediction, physics(far).mean[:, t])

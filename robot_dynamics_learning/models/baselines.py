@@ -19,7 +19,7 @@ from robot_dynamics_learning.models.base import (DynamicsModel, Prediction, Sequ
 from robot_dynamics_learning.models.common import check_batch, check_step_input, ModelConfig
 from robot_dynamics_learning.models.feedback import FeedbackForwardModel
 from robot_dynamics_learning.models.hybrid import (rigid_body_from_urdf, RigidBodyConfig,
-                                                   SharesURDFModel)
+                                                   SharesURDFModel, velocity_torque)
 import torch
 
 
@@ -69,12 +69,6 @@ class PreviousValueInverse(SharesURDFModel, DynamicsModel):
                      if config.urdf else None)
         self.joint_names = None if self.body is None else tuple(self.body.model.joint_names)
 
-    def _rigid_body_term(self, observations: torch.Tensor) -> torch.Tensor:
-        """Return RNEA(q, qd, 0) (..., d) for x = [q, qd, qdd] (..., 3 d), in float64."""
-        q, qd, _ = observations.double().chunk(3, dim=-1)
-        with torch.no_grad():
-            return self.body.rnea(q, qd, torch.zeros_like(q))
-
     def init_state(self, batch_size: int) -> None:
         """Return None: no previous step yet."""
         return None
@@ -88,7 +82,7 @@ class PreviousValueInverse(SharesURDFModel, DynamicsModel):
         check_step_input('action', action, self.n_act)
         if self.body is None:
             return StepOutput(action.clone(), None, None)
-        term = self._rigid_body_term(observation)
+        term = velocity_torque(self.body, observation)
         change = torch.zeros_like(term) if state is None else term - state
         return StepOutput(action + change.to(action.dtype), None, term)
 
@@ -97,7 +91,7 @@ class PreviousValueInverse(SharesURDFModel, DynamicsModel):
         check_batch(batch, self.n_obs, self.n_act, self.n_target)
         if self.body is None:
             return Prediction(batch.actions.clone(), None)
-        term = self._rigid_body_term(batch.observations)
+        term = velocity_torque(self.body, batch.observations)
         change = torch.diff(term, dim=1, prepend=term[:, :1])
         return Prediction(batch.actions + change.to(batch.actions.dtype), None)
 

@@ -116,6 +116,19 @@ def _rnea(body: LearnableRigidBody, x: torch.Tensor) -> torch.Tensor:
     return body.rnea(q, qd, qdd).to(x.dtype)
 
 
+def velocity_torque(body: LearnableRigidBody, x: torch.Tensor) -> torch.Tensor:
+    """
+    RNEA(q, qd, 0) (..., d) in float64 for x = [q, qd, qdd]: gravity, Coriolis, centrifugal.
+
+    Why without inertia: its change over one control period is the physics a model fed
+    tau_{t-1} can add; M(q) qdd with qdd differentiated from measured velocities is noise at
+    that scale (`models.baselines`).
+    """
+    q, qd, _ = x.double().chunk(3, dim=-1)
+    with torch.no_grad():
+        return body.rnea(q, qd, torch.zeros_like(q))
+
+
 class SharesURDFModel:
     """Deep copies (a continual learner's snapshots) share the constant URDF model `body.model`."""
 

@@ -20,6 +20,8 @@ from robot_dynamics_learning.models.common import (check_batch, check_step_input
                                                    OutputScale, rmse, SUPPORT_LENGTH)
 from robot_dynamics_learning.models.feedback import (FeedbackForwardModel, last_observed,
                                                      steps_since_observed, valid_mask)
+from robot_dynamics_learning.models.hybrid import (rigid_body_from_urdf, RigidBodyConfig,
+                                                   SharesURDFModel, velocity_torque)
 from robot_dynamics_learning.models.rkn_cell import Belief, elup1, RKNCell
 import torch
 from torch import nn
@@ -198,6 +200,10 @@ class AcRKNInverseConfig(ModelConfig):
     forward_weight is lambda in L_inv = RMSE(actions) + lambda L_fwd. anchor_rate k > 0 adds an
     absolute-torque decoder; a prediction fed the model's own previous output (no measured
     torque) moves that share of the way towards it (`AcRKNInverse`); 0 is the paper's model.
+    trust_change: scale the learned change by the trust in the inputs (1 inside the training
+    ranges of q and qd, falling to 0 outside, `InputSupport`). urdf ('' for none): learn the
+    change on top of the URDF's change without inertia (what the `previous_value` baseline with
+    a URDF adds), which then stays where the learned part is not trusted.
     """
 
     latent_obs_dim: int = 15
@@ -211,27 +217,36 @@ class AcRKNInverseConfig(ModelConfig):
     initial_covariance: float = 1.0
     variance_weight: float = 0.1
     anchor_rate: float = 0.0
+    trust_change: bool = False
+    urdf: str = ''
 
     def __post_init__(self) -> None:
-        """Validate sizes and weights; hidden sizes become tuples."""
+        """Validate sizes and weights and the URDF; hidden sizes become tuples."""
         self._positive('latent_obs_dim', 'num_basis', 'bandwidth', 'initial_covariance')
         for name in ('forward_weight', 'variance_weight'):
             if getattr(self, name) < 0:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
         if not 0.0 <= self.anchor_rate <= 1.0:
             raise ValueError(f'anchor_rate must be in [0, 1], got {self.anchor_rate}')
+        if self.urdf:
+            RigidBodyConfig(urdf=self.urdf)
         _tuple_fields(self, 'encoder_hidden', 'decoder_hidden', 'action_decoder_hidden',
                       'control_hidden')
 
 
 class InverseState(NamedTuple):
-    """Streaming state: posterior z+_{t-1} and the last predicted action a^_{t-1} (B, d)."""
+    """
+    Streaming state: posterior z+_{t-1} and the last predicted action a^_{t-1} (B, d).
+
+    With a URDF also its torque without inertia at t-1 (B, d; None before the first step).
+    """
 
     posterior: Belief
     last_action: torch.Tensor
+    last_physics: Optional[torch.Tensor] = None
 
 
-class AcRKNInverse(DynamicsModel):
+class AcRKNInverse(SharesURDFModel, DynamicsModel):
     """
     ac-RKN inverse dynamics with action feedback (seed 004 Sec. 4.3, Fig. 3).
 
@@ -253,6 +268,13 @@ class AcRKNInverse(DynamicsModel):
     only acts where the model is blind, so it cannot cost the change's accuracy (the decoder
     would learn to cancel an anchor applied in training). A reads x_t alone: the latent
     state, fed the model's own torques, drifts with them.
+
+    With `urdf` the change is p(x_t) - p(x_{t-1}) + dec_action(.), p = RNEA(q, qd, 0): the
+    network learns what the rigid body misses. With `trust_change` the learned part is scaled
+    by the trust w(x_t) in [0, 1] (`InputSupport`), so far outside the training ranges the
+    prediction is tau_{t-1} plus the URDF's change (or tau_{t-1} alone): a learned change
+    there was worse than none (Kinova validation files at 10 ms, docs/results.md section 2).
+    The first step of a window or stream has no p(x_{t-1}): its physics change counts as zero.
     """
 
     kind = 'inverse'
@@ -283,6 +305,9 @@ class AcRKNInverse(DynamicsModel):
         self.action_var_decoder = mlp(3 * m, config.action_decoder_hidden, d)
         if config.anchor_rate > 0:
             self.absolute_decoder = mlp(3 * d, config.decoder_hidden, d)
+        self.body = (rigid_body_from_urdf(RigidBodyConfig(urdf=config.urdf), n_obs, d)
+                     if config.urdf else None)
+        self.joint_names = None if self.body is None else tuple(self.body.model.joint_names)
         self.variance_scale = OutputScale(d)
         # Out of the training range of q and qd the variance rises to at least the training
         # variance of the torque change (0 until calibrated: no rise).
@@ -294,7 +319,7 @@ class AcRKNInverse(DynamicsModel):
         d = self.n_target
         self.input_norm.fit(batch.observations)
         self.act_norm.fit(batch.targets)
-        self.act_diff_norm.fit(batch.targets - batch.actions)
+        self.act_diff_norm.fit(batch.targets - batch.actions - self._physics_change(batch))
         state = batch.observations[..., :2 * d]
         self.obs_diff_norm.fit(state[:, 1:] - state[:, :-1])
         self.support.fit_range(self.input_norm.normalize(batch.observations))
@@ -317,18 +342,29 @@ class AcRKNInverse(DynamicsModel):
         return InverseState(self.cell.init_belief(batch_size),
                             self.act_norm.mean.expand(batch_size, -1).clone())
 
+    def _physics_change(self, batch: SequenceBatch) -> torch.Tensor:
+        """Return p(x_t) - p(x_{t-1}) over each window (0 at its first step; 0 without URDF)."""
+        if self.body is None:
+            return torch.zeros_like(batch.actions)
+        physics = velocity_torque(self.body, batch.observations)
+        return torch.diff(physics, dim=1, prepend=physics[:, :1]).to(batch.actions.dtype)
+
     def _decode_action(self, posterior: Belief, x: torch.Tensor, previous: torch.Tensor
                        ) -> Tuple[torch.Tensor, torch.Tensor]:
         """
-        Return a^_t = a_{t-1} + dec_action(.) and its variance, physical units.
+        Return a^_t = a_{t-1} + w dec_action(.) and its variance, physical units.
 
-        x: the normalised inputs [q, qd, qdd]; the desired change is its [qd, qdd].
+        x: the normalised inputs [q, qd, qdd]; the desired change is its [qd, qdd]. previous:
+        a_{t-1}, plus the URDF's change where the model has one. w: the trust in x with
+        `trust_change`, else 1.
         """
         features = torch.cat([posterior.mean, posterior.cov, x[..., self.n_target:]], -1)
-        mean = previous + self.act_diff_norm.denormalize(self.action_decoder(features))
+        change = self.act_diff_norm.denormalize(self.action_decoder(features))
+        if self.config.trust_change:
+            change = change * self.support.trust(x).unsqueeze(-1)
         var = self.act_diff_norm.denormalize_variance(
             elup1(self.action_var_decoder(posterior.cov.detach())))
-        return mean, var
+        return previous + change, var
 
     def _windows(self, batch: SequenceBatch):
         """Run the filter over windows; return (posteriors, priors z-_{t+1}, normalised x)."""
@@ -345,7 +381,8 @@ class AcRKNInverse(DynamicsModel):
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau_t for every step (previous torques from `actions`)."""
         posteriors, _, x = self._windows(batch)
-        mean, var = self._decode_action(posteriors, x, batch.actions)
+        mean, var = self._decode_action(posteriors, x,
+                                        batch.actions + self._physics_change(batch))
         return Prediction(mean, self._published_variance(var, batch.observations))
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
@@ -372,7 +409,8 @@ class AcRKNInverse(DynamicsModel):
         d = self.n_target
         posteriors, priors, x = self._windows(batch)
         self.support.widen(x)   # a training batch's q, qd count as seen (continual learning)
-        mean, var = self._decode_action(posteriors, x, batch.actions)
+        mean, var = self._decode_action(posteriors, x,
+                                        batch.actions + self._physics_change(batch))
         error = (mean - batch.targets) / self.act_diff_norm.std
         action_loss = rmse(error)
         state = batch.observations[..., :2 * d]
@@ -415,9 +453,14 @@ class AcRKNInverse(DynamicsModel):
                                       self.control(self.act_norm.normalize(action)))
             w, var_w = self.encoder(x[:, :2 * d])
             posterior = self.cell.update(prior, w, var_w)
-            mean, var = self._decode_action(posterior, x, action)
+            physics, base = state.last_physics, action
+            if self.body is not None:
+                physics = velocity_torque(self.body, observation)
+                if state.last_physics is not None:
+                    base = action + (physics - state.last_physics).to(action.dtype)
+            mean, var = self._decode_action(posterior, x, base)
             if blind and self.config.anchor_rate > 0:
                 anchor = self.act_norm.denormalize(self.absolute_decoder(x))
                 mean = mean + self.config.anchor_rate * (anchor - mean)
         return StepOutput(mean, self._published_variance(var, observation),
-                          InverseState(posterior, mean))
+                          InverseState(posterior, mean, physics))
