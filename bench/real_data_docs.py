@@ -13,9 +13,9 @@ from typing import Dict, List, Optional, Sequence
 from bench.models import converge_budget_s
 from bench.real_data_results import (BLOCK, COMMON_TRAINING, CONTROL_DECIMATION,
                                      CONTROL_MODELS, CONTROL_VARIANTS, CURVE_MODELS,
-                                     FORWARD_MODELS, GP_MAX_SAMPLES, KINOVA_MODELS,
-                                     LSTM_WINDOWS, ON_PHYSICS, PHYSICS_CHANGE, RESULTS, ROOT,
-                                     TRUSTED, WINDOW)
+                                     EXTRAPOLATED, FORWARD_MODELS, GP_MAX_SAMPLES,
+                                     KINOVA_MODELS, LSTM_WINDOWS, ON_PHYSICS, PHYSICS_CHANGE,
+                                     RESULTS, ROOT, TRUSTED, WINDOW)
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -202,6 +202,10 @@ def _control_claims(control: dict) -> List[str]:
         if physics is not None:
             lines.append(f'- {where}: {PHYSICS_CHANGE} (no training) / previous value on the '
                          f'change = {physics / base:.2f}.')
+        if EXTRAPOLATED in models:
+            extrapolated = np.mean([r['mean_change_nmse'] for r in models[EXTRAPOLATED]['runs']])
+            lines.append(f'- {where}: {EXTRAPOLATED} (no training) / previous value on the '
+                         f'change = {extrapolated / base:.2f}.')
         for name in (n for n in CONTROL_MODELS if n in models
                      and 'own_feedback' in models[n]['runs'][0]):
             runs = models[name]['runs']
@@ -381,10 +385,14 @@ def markdown(results: dict) -> str:
                   'prediction moves half way to A (`anchor_rate` 0.5, models/rkn.py); given the '
                   'measured tau(t-1) it predicts as the model of the paper. '
                   f'"{TRUSTED}" scales the learned change by the trust in the inputs (1 inside '
-                  'the training ranges of q and qd, falling to 0 outside, as the hybrid): '
-                  f'tau(t-1) alone far outside. "{ON_PHYSICS}" learns the change on top of '
-                  f'"{PHYSICS_CHANGE}", trusted the same way (so far outside it is that '
-                  'baseline), anchored as above (`trust_change`, `urdf`, `anchor_rate` 0.5). '
+                  'the training ranges of q and qd, falling to 0 outside, as the hybrid) and '
+                  'adds a linear map of the last 8 residual torque changes (fitted by least '
+                  'squares on the training windows, then trained with the rest; not scaled by '
+                  'the trust), anchored as above (`trust_change`, `history` 8, `anchor_rate` '
+                  f'0.5). "{ON_PHYSICS}" learns the same on top of "{PHYSICS_CHANGE}" '
+                  '(`urdf`), which then stays where the network is not trusted. '
+                  f'"{EXTRAPOLATED}" continues the last change: tau(t-1) + (tau(t-1) - '
+                  'tau(t-2)), no training. '
                   f'"{PHYSICS_CHANGE}" needs no training: tau(t-1) plus the change of the '
                   "URDF's torque without its inertial term, RNEA(q, qd, 0) (with it, the change "
                   'nMSE is 76-143 at 10 ms: the noise of the measured qdd); a stronger baseline '

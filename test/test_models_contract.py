@@ -19,7 +19,7 @@ SMALL = {
                             'encoder_hidden': [8], 'decoder_hidden': [8],
                             'action_decoder_hidden': [8], 'control_hidden': [8],
                             'urdf': 'urdf/planar_2link.urdf', 'trust_change': True,
-                            'anchor_rate': 0.5},
+                            'anchor_rate': 0.5, 'history': 3},
     'ac_rkn_forward': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
                        'encoder_hidden': [8], 'decoder_hidden': [8], 'control_hidden': [8]},
     'rkn': {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1, 'encoder_hidden': [8],
@@ -34,6 +34,7 @@ SMALL = {
     'previous_value': {},
     'previous_value_forward': {'kind': 'forward'},
     'previous_value_urdf': {'urdf': 'urdf/planar_2link.urdf'},
+    'previous_value_extrapolated': {'extrapolate': True},
     'rigid_body': {'urdf': 'urdf/planar_2link.urdf', 'learn_inertia': True},
     'hybrid': {'urdf': 'urdf/planar_2link.urdf', 'hidden_size': 8, 'learn_friction': True},
 }
@@ -41,7 +42,8 @@ SMALL = {
 CASES = sorted(SMALL)
 # Cases that are a model type in another configuration.
 MODEL_TYPE_OF = {'ffnn_forward': 'ffnn', 'previous_value_forward': 'previous_value',
-                 'previous_value_urdf': 'previous_value', 'ac_rkn_inverse_urdf': 'ac_rkn_inverse'}
+                 'previous_value_urdf': 'previous_value', 'ac_rkn_inverse_urdf': 'ac_rkn_inverse',
+                 'previous_value_extrapolated': 'previous_value'}
 
 
 def test_every_registered_arm_model_is_covered():

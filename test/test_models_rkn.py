@@ -232,3 +232,42 @@ def test_an_untrusted_learned_change_falls_back_to_the_urdf_change():
         state = model.step(None if state is None else state.state, far.observations[:, t],
                            far.actions[:, t])
         torch.testing.assert_close(state.prediction, physics(far).mean[:, t])
+
+
+def test_the_torque_history_starts_at_its_least_squares_fit():
+    """Changes that continue the last one (AR 0.8): the history's first weight finds 0.8."""
+    rng = np.random.default_rng(1)
+    change = np.zeros((3000, 2))
+    for t in range(1, 3000):
+        change[t] = 0.8 * change[t - 1] + rng.standard_normal(2)
+    tau = np.cumsum(change, axis=0)
+    x = rng.standard_normal((3000, 6))
+    windows = window_arrays(x[1:], tau[:-1], tau[1:], 40, 20)
+    model = build_model('ac_rkn_inverse', {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
+                                           'history': 2}, 6, 2, 2)
+    model.fit_normalization(windows)
+    weight = model.history_weight.detach()
+    torch.testing.assert_close(weight[0], torch.full((2,), 0.8), atol=0.05, rtol=0.0)
+    torch.testing.assert_close(weight[1], torch.zeros(2), atol=0.05, rtol=0.0)
+    # what the network is left to learn: the noise (std 1), not the change (std 1.67)
+    assert float(model.act_diff_norm.std.max()) < 1.1
+
+
+def test_a_stream_carries_the_torque_history_and_the_urdf_term():
+    """Step by step equals whole windows, with every learned path active."""
+    torch.manual_seed(4)
+    model = build_model('ac_rkn_inverse', {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1,
+                                           'urdf': 'urdf/planar_2link.urdf', 'history': 3,
+                                           'trust_change': True}, 6, 2, 2)
+    batch = SequenceBatch(torch.randn(2, 8, 6), torch.randn(2, 8, 2), torch.randn(2, 8, 2))
+    batch.actions[:, 1:] = batch.targets[:, :-1]
+    model.fit_normalization(batch)
+    with torch.no_grad():
+        model.history_weight.normal_()
+    model.eval()
+    whole = model(batch).mean
+    out = None
+    for t in range(batch.observations.shape[1]):
+        out = model.step(None if out is None else out.state, batch.observations[:, t],
+                         batch.actions[:, t])
+        torch.testing.assert_close(out.prediction, whole[:, t])

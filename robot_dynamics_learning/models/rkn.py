@@ -219,10 +219,13 @@ class AcRKNInverseConfig(ModelConfig):
     anchor_rate: float = 0.0
     trust_change: bool = False
     urdf: str = ''
+    history: int = 0
 
     def __post_init__(self) -> None:
         """Validate sizes and weights and the URDF; hidden sizes become tuples."""
         self._positive('latent_obs_dim', 'num_basis', 'bandwidth', 'initial_covariance')
+        if self.history < 0:
+            raise ValueError(f'history must be >= 0, got {self.history}')
         for name in ('forward_weight', 'variance_weight'):
             if getattr(self, name) < 0:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
@@ -232,6 +235,23 @@ class AcRKNInverseConfig(ModelConfig):
             RigidBodyConfig(urdf=self.urdf)
         _tuple_fields(self, 'encoder_hidden', 'decoder_hidden', 'action_decoder_hidden',
                       'control_hidden')
+
+
+def least_squares_per_output(features: torch.Tensor, targets: torch.Tensor,
+                             ridge: float = 1e-6) -> torch.Tensor:
+    """
+    Return w (K, d) minimising sum |features[..., :, j] . w[:, j] - targets[..., j]|^2 per j.
+
+    features (..., K, d), targets (..., d); a ridge relative to each feature's energy keeps an
+    all-zero column (a joint that never moved) at 0.
+    """
+    x = features.reshape(-1, *features.shape[-2:]).double().permute(2, 0, 1)   # (d, N, K)
+    y = targets.reshape(-1, targets.shape[-1]).double().T.unsqueeze(-1)          # (d, N, 1)
+    gram = x.transpose(1, 2) @ x
+    scale = torch.diagonal(gram, dim1=1, dim2=2).mean(dim=1).clamp_min(1e-12)
+    eye = torch.eye(gram.shape[-1], dtype=gram.dtype)
+    w = torch.linalg.solve(gram + ridge * scale[:, None, None] * eye, x.transpose(1, 2) @ y)
+    return w.squeeze(-1).T.to(features.dtype)
 
 
 class InverseState(NamedTuple):
@@ -244,6 +264,9 @@ class InverseState(NamedTuple):
     posterior: Belief
     last_action: torch.Tensor
     last_physics: Optional[torch.Tensor] = None
+    last_executed: Optional[torch.Tensor] = None
+    last_physics_change: Optional[torch.Tensor] = None
+    history: Optional[torch.Tensor] = None
 
 
 class AcRKNInverse(SharesURDFModel, DynamicsModel):
@@ -308,6 +331,8 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         self.body = (rigid_body_from_urdf(RigidBodyConfig(urdf=config.urdf), n_obs, d)
                      if config.urdf else None)
         self.joint_names = None if self.body is None else tuple(self.body.model.joint_names)
+        if config.history:
+            self.history_weight = nn.Parameter(torch.zeros(config.history, d))
         self.variance_scale = OutputScale(d)
         # Out of the training range of q and qd the variance rises to at least the training
         # variance of the torque change (0 until calibrated: no rise).
@@ -315,11 +340,23 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         self.hold_error = ErrorVariance(d, initial=0.0)
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
-        """Fit input, torque, torque-difference and state-difference statistics."""
+        """
+        Fit input, torque, torque-difference and state-difference statistics.
+
+        With `history`, its weights start at the least-squares fit on these windows, and the
+        torque-difference statistics are those of what that fit leaves to the network.
+        """
         d = self.n_target
         self.input_norm.fit(batch.observations)
         self.act_norm.fit(batch.targets)
-        self.act_diff_norm.fit(batch.targets - batch.actions - self._physics_change(batch))
+        physics_change = self._physics_change(batch)
+        residual = batch.targets - batch.actions - physics_change
+        if self.config.history:
+            history = self._history(batch, physics_change)
+            with torch.no_grad():
+                self.history_weight.copy_(least_squares_per_output(history, residual))
+                residual = residual - (history * self.history_weight).sum(dim=-2)
+        self.act_diff_norm.fit(residual)
         state = batch.observations[..., :2 * d]
         self.obs_diff_norm.fit(state[:, 1:] - state[:, :-1])
         self.support.fit_range(self.input_norm.normalize(batch.observations))
@@ -349,7 +386,22 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         physics = velocity_torque(self.body, batch.observations)
         return torch.diff(physics, dim=1, prepend=physics[:, :1]).to(batch.actions.dtype)
 
-    def _decode_action(self, posterior: Belief, x: torch.Tensor, previous: torch.Tensor
+    def _history(self, batch: SequenceBatch, physics_change: torch.Tensor) -> torch.Tensor:
+        """
+        Return the last `history` residual changes before each step (B, T, K, d).
+
+        r_{t-1} = (a_{t-1} - a_{t-2}) - (p_{t-1} - p_{t-2}); 0 where the window has no a_{t-2}.
+        """
+        actions = batch.actions
+        residual = (torch.diff(actions, dim=1, prepend=actions[:, :1])
+                    - torch.cat([torch.zeros_like(physics_change[:, :1]),
+                                 physics_change[:, :-1]], 1))
+        lags = [residual] + [torch.cat([torch.zeros_like(residual[:, :k]), residual[:, :-k]], 1)
+                             for k in range(1, self.config.history)]
+        return torch.stack(lags, dim=-2)
+
+    def _decode_action(self, posterior: Belief, x: torch.Tensor, previous: torch.Tensor,
+                       history: Optional[torch.Tensor] = None
                        ) -> Tuple[torch.Tensor, torch.Tensor]:
         """
         Return a^_t = a_{t-1} + w dec_action(.) and its variance, physical units.
@@ -362,6 +414,8 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         change = self.act_diff_norm.denormalize(self.action_decoder(features))
         if self.config.trust_change:
             change = change * self.support.trust(x).unsqueeze(-1)
+        if history is not None:
+            change = change + (history * self.history_weight).sum(dim=-2)
         var = self.act_diff_norm.denormalize_variance(
             elup1(self.action_var_decoder(posterior.cov.detach())))
         return previous + change, var
@@ -378,11 +432,17 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         posteriors, priors = self.cell.run_filter(first, w, var_w, None, executed)
         return posteriors, priors, x
 
+    def _decode_windows(self, posteriors: Belief, x: torch.Tensor, batch: SequenceBatch
+                        ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """`_decode_action` over windows: the URDF's change and the history from `batch`."""
+        physics_change = self._physics_change(batch)
+        history = self._history(batch, physics_change) if self.config.history else None
+        return self._decode_action(posteriors, x, batch.actions + physics_change, history)
+
     def forward(self, batch: SequenceBatch) -> Prediction:
         """Predict tau_t for every step (previous torques from `actions`)."""
         posteriors, _, x = self._windows(batch)
-        mean, var = self._decode_action(posteriors, x,
-                                        batch.actions + self._physics_change(batch))
+        mean, var = self._decode_windows(posteriors, x, batch)
         return Prediction(mean, self._published_variance(var, batch.observations))
 
     def calibrate_variance(self, val: SequenceBatch) -> None:
@@ -409,8 +469,7 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         d = self.n_target
         posteriors, priors, x = self._windows(batch)
         self.support.widen(x)   # a training batch's q, qd count as seen (continual learning)
-        mean, var = self._decode_action(posteriors, x,
-                                        batch.actions + self._physics_change(batch))
+        mean, var = self._decode_windows(posteriors, x, batch)
         error = (mean - batch.targets) / self.act_diff_norm.std
         action_loss = rmse(error)
         state = batch.observations[..., :2 * d]
@@ -453,14 +512,26 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
                                       self.control(self.act_norm.normalize(action)))
             w, var_w = self.encoder(x[:, :2 * d])
             posterior = self.cell.update(prior, w, var_w)
-            physics, base = state.last_physics, action
+            physics, physics_change = state.last_physics, torch.zeros_like(action)
             if self.body is not None:
                 physics = velocity_torque(self.body, observation)
                 if state.last_physics is not None:
-                    base = action + (physics - state.last_physics).to(action.dtype)
-            mean, var = self._decode_action(posterior, x, base)
+                    physics_change = (physics - state.last_physics).to(action.dtype)
+            history = self._step_history(state, action)
+            mean, var = self._decode_action(posterior, x, action + physics_change, history)
             if blind and self.config.anchor_rate > 0:
                 anchor = self.act_norm.denormalize(self.absolute_decoder(x))
                 mean = mean + self.config.anchor_rate * (anchor - mean)
         return StepOutput(mean, self._published_variance(var, observation),
-                          InverseState(posterior, mean, physics))
+                          InverseState(posterior, mean, physics, action, physics_change,
+                                       history))
+
+    def _step_history(self, state: InverseState, action: torch.Tensor
+                      ) -> Optional[torch.Tensor]:
+        """Shift r_{t-1} (as `_history`) into the stream's last residual changes (B, K, d)."""
+        if not self.config.history:
+            return None
+        if state.last_executed is None:
+            return action.new_zeros(action.shape[0], self.config.history, action.shape[-1])
+        residual = (action - state.last_executed) - state.last_physics_change
+        return torch.cat([residual.unsqueeze(1), state.history[:, :-1]], dim=1)
