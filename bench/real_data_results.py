@@ -128,7 +128,7 @@ CONTROL_VARIANTS = {
     'ac-RKN inverse, anchored': ('ac_rkn_inverse', {'latent_obs_dim': 15, 'anchor_rate': 0.5},
                                  {'learning_rate': 3e-3, 'max_epochs': 40}),
     # The learned change trusted only inside the training ranges of q and qd, plus a linear
-    # map of the last 8 residual torque changes (least squares, then trained with the rest),
+    # map of the last 8 residual torque changes (least squares on the training windows),
     # anchored; and the same learned on top of the URDF's change (which stays where the
     # learned part is not trusted). docs/models.md, "Judging models fed tau(t-1)".
     TRUSTED: ('ac_rkn_inverse', {'latent_obs_dim': 15, 'trust_change': True, 'history': 8,

@@ -203,7 +203,9 @@ class AcRKNInverseConfig(ModelConfig):
     trust_change: scale the learned change by the trust in the inputs (1 inside the training
     ranges of q and qd, falling to 0 outside, `InputSupport`). urdf ('' for none): learn the
     change on top of the URDF's change without inertia (what the `previous_value` baseline with
-    a URDF adds), which then stays where the learned part is not trusted.
+    a URDF adds), which then stays where the learned part is not trusted. history K > 0: add a
+    linear map, per joint, of the last K residual torque changes (least squares on the
+    training windows), not scaled by the trust: it reads torques, not joint positions.
     """
 
     latent_obs_dim: int = 15
@@ -297,7 +299,10 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
     by the trust w(x_t) in [0, 1] (`InputSupport`), so far outside the training ranges the
     prediction is tau_{t-1} plus the URDF's change (or tau_{t-1} alone): a learned change
     there was worse than none (Kinova validation files at 10 ms, docs/results.md section 2).
-    The first step of a window or stream has no p(x_{t-1}): its physics change counts as zero.
+    With `history` K, sum_k w_kj r_{t-k,j} is added outside the trust, r the measured change
+    minus the URDF's: at a control period the torque change persists, which the decoder
+    above did not use. The first step of a window or stream has no p(x_{t-1}) or tau_{t-2}:
+    its physics change and residual change count as zero.
     """
 
     kind = 'inverse'
@@ -331,8 +336,8 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         self.body = (rigid_body_from_urdf(RigidBodyConfig(urdf=config.urdf), n_obs, d)
                      if config.urdf else None)
         self.joint_names = None if self.body is None else tuple(self.body.model.joint_names)
-        if config.history:
-            self.history_weight = nn.Parameter(torch.zeros(config.history, d))
+        if config.history:   # fitted, not trained: `fit_normalization`
+            self.register_buffer('history_weight', torch.zeros(config.history, d))
         self.variance_scale = OutputScale(d)
         # Out of the training range of q and qd the variance rises to at least the training
         # variance of the torque change (0 until calibrated: no rise).
@@ -343,8 +348,10 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         """
         Fit input, torque, torque-difference and state-difference statistics.
 
-        With `history`, its weights start at the least-squares fit on these windows, and the
-        torque-difference statistics are those of what that fit leaves to the network.
+        With `history`, its weights are the least-squares fit on these windows (kept fixed in
+        training: trained along with the network they scored worse in every cell measured,
+        docs/models.md), and the torque-difference statistics are those of what that fit
+        leaves to the network.
         """
         d = self.n_target
         self.input_norm.fit(batch.observations)
