@@ -260,7 +260,10 @@ class InverseState(NamedTuple):
     """
     Streaming state: posterior z+_{t-1} and the last predicted action a^_{t-1} (B, d).
 
-    With a URDF also its torque without inertia at t-1 (B, d; None before the first step).
+    Also (B, d; None before the first step): with a URDF its torque without inertia at t-1;
+    the torque a step was given (executed a_{t-1}, or the model's own when blind) and its URDF
+    change, from which the next step's residual change follows; with `history` the last K
+    residual changes (B, K, d).
     """
 
     posterior: Belief
