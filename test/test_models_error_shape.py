@@ -3,9 +3,11 @@ import math
 
 import numpy as np
 import pytest
+from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.models.common import InputSupport
 from robot_dynamics_learning.models.error_shape import ErrorShape, MIN_ERRORS_PER_WEIGHT
 from robot_dynamics_learning.models.neighbours import TrainingNeighbours
+from robot_dynamics_learning.models.registry import build_model
 import torch
 
 
@@ -166,3 +168,17 @@ def test_a_support_saved_before_the_neighbours_loads_and_ignores_the_distance():
     loaded.load_state_dict(old)
     assert loaded.shape.neighbours.empty and not loaded.shape.uses_distance
     assert torch.isfinite(loaded.variance(held)).all()
+
+
+@pytest.mark.parametrize('model_type,config', [
+    ('lstm', {'hidden_size': 4}),
+    ('ac_rkn_inverse', {'latent_obs_dim': 4, 'num_basis': 3, 'bandwidth': 1}),
+    ('hybrid', {'urdf': 'urdf/planar_2link.urdf', 'hidden_size': 4})])
+def test_only_models_whose_variance_reads_the_distance_keep_training_inputs(model_type, config):
+    """The LSTM and FFNN shape their variance by the distance; the others skip the sample."""
+    torch.manual_seed(0)
+    model = build_model(model_type, config, 6, 2, 2)
+    batch = SequenceBatch(torch.randn(2, 5, 6), torch.randn(2, 5, 2), torch.randn(2, 5, 2))
+    model.fit_normalization(batch)
+    model.loss(batch)
+    assert model.support.shape.neighbours.empty == (model_type != 'lstm')

@@ -288,13 +288,16 @@ class InputSupport(DefaultedBuffers):
     l = `length`. The variance moves from near_var (w = 1) to far_var (w = 0): calibrated on
     held-out data inside the range, rising outside it, where every learned model fails.
     Inside the range near_var is shaped by the inputs (`ErrorShape`, fitted by `calibrate`;
-    flat otherwise): larger where the held-out errors were.
+    flat otherwise): larger where the held-out errors were. keep_inputs: keep a sample of the
+    training inputs for the shape's distance term; models that never `calibrate` (they size
+    their variance otherwise) skip that work.
     """
 
     def __init__(self, n_in: int, n_out: int, watched: Sequence[int], length: float,
-                 margin: float = RANGE_MARGIN) -> None:
+                 margin: float = RANGE_MARGIN, keep_inputs: bool = True) -> None:
         super().__init__()
         self.watched = list(watched)
+        self.keep_inputs = keep_inputs
         self.length = float(length)
         self.margin = float(margin)   # share of the range's width counted as seen beyond it
         # Unfitted: a range no input leaves (finite: checkpoints refuse inf).
@@ -311,7 +314,8 @@ class InputSupport(DefaultedBuffers):
         pad = self.margin * (high - low)
         self.low.copy_(low - pad)
         self.high.copy_(high + pad)
-        self.shape.neighbours.reset(flat[:, self.watched])
+        if self.keep_inputs:
+            self.shape.neighbours.reset(flat[:, self.watched])
 
     def widen(self, normalized_inputs: torch.Tensor) -> None:
         """
@@ -327,7 +331,8 @@ class InputSupport(DefaultedBuffers):
         flat = flat.to(self.low.dtype)
         torch.minimum(self.low, flat.min(dim=0).values, out=self.low)
         torch.maximum(self.high, flat.max(dim=0).values, out=self.high)
-        self.shape.neighbours.add(flat[:, self.watched])
+        if self.keep_inputs:
+            self.shape.neighbours.add(flat[:, self.watched])
 
     def fit_errors(self, near_var: torch.Tensor, far_var: Optional[torch.Tensor] = None) -> None:
         """Set the held-out error variances (normalised target units), floored at 1e-8."""

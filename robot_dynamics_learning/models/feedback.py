@@ -150,7 +150,8 @@ class FeedbackForwardModel(DynamicsModel):
         self.diff_norm = Normalizer(n_obs)
         self.horizon_variance = HorizonVariance(n_obs)
         # Out of the training range the variance rises to the hold-last-observation error.
-        self.support = InputSupport(n_obs + n_act, n_obs, range(n_obs + n_act), SUPPORT_LENGTH)
+        self.support = InputSupport(n_obs + n_act, n_obs, range(n_obs + n_act), SUPPORT_LENGTH,
+                                    keep_inputs=False)
         self.hold_variance = HorizonVariance(n_obs)
         self.variance_scale = OutputScale(n_obs)   # fitted for cells with their own variance
 

@@ -483,8 +483,9 @@ class HybridInverse(SharesURDFModel, DynamicsModel):
         self.register_buffer('payload', torch.zeros(10, dtype=torch.float64))
         self.regressor = FastRegressor(self.body.model, config.path())
         self.residual_only = False
+        # the residual: only where it has seen data
         self.support = InputSupport(n_obs, n_target, range(2 * n_obs // 3), config.trust_length,
-                                    margin=0.0)   # the residual: only where it has seen data
+                                    margin=0.0, keep_inputs=False)
 
     def split_physics(self) -> PhysicsSplit:
         """

@@ -344,7 +344,7 @@ class AcRKNInverse(SharesURDFModel, DynamicsModel):
         self.variance_scale = OutputScale(d)
         # Out of the training range of q and qd the variance rises to at least the training
         # variance of the torque change (0 until calibrated: no rise).
-        self.support = InputSupport(n_obs, d, range(2 * d), SUPPORT_LENGTH)
+        self.support = InputSupport(n_obs, d, range(2 * d), SUPPORT_LENGTH, keep_inputs=False)
         self.hold_error = ErrorVariance(d, initial=0.0)
 
     def fit_normalization(self, batch: SequenceBatch) -> None:
