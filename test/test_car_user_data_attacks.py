@@ -1,17 +1,22 @@
 """A user's damaged car recordings: each is read as far as it is usable, or named in one line."""
+import json
 import logging
 
 import numpy as np
 import pytest
 from robot_dynamics_learning.cli import build_parser, main
-from robot_dynamics_learning.control.car_training import (car_data, HOLD_EVERY,
-                                                          hold_out_blocks, StopRule,
-                                                          train_car)
+from robot_dynamics_learning.control.car_report import verdict_line, write_car_report
+from robot_dynamics_learning.control.car_training import (build_car_model, car_data,
+                                                          fit_car_model, HOLD_EVERY,
+                                                          hold_out_blocks, save_car_model,
+                                                          StopRule, train_car)
 from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset
 from robot_dynamics_learning.data.car_sources import BagOptions, load_car_drives
 from robot_dynamics_learning.data.messages import CommandMapping, JOY, POSE_STAMPED
 from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.signals.estimator_check import window_for_rate
+from robot_dynamics_learning.signals.mocap import MocapEstimatorConfig
 import torch
 
 HEADER = ('elapsed time sensors,current,voltage,acc x (IMU),acc y (IMU),W (IMU),vel encoder,'
@@ -223,3 +228,158 @@ def test_a_file_given_as_a_bag_is_a_one_line_error(tmp_path, capsys):
 def test_settings_that_could_only_fail_late_or_silently_are_refused_at_once(option, value):
     with pytest.raises(SystemExit):
         build_parser('car').parse_args(['car', 'train', '--out', 'm.pt', option, value])
+
+
+def test_data_paths_without_a_user_source_are_refused_not_ignored(tmp_path):
+    recording = write_csv(tmp_path / 'a.csv', rows_of(circle(20, 100)))
+    # the default source is sim: the user's file was ignored and a simulator model trained
+    for source in ('sim', 'dart'):
+        with pytest.raises(ValueError, match='add --source bag or --source csv'):
+            car_data(source, 0.05, minutes=0.1, paths=[recording])
+    with pytest.raises(ValueError, match='add --source bag'):
+        car_data('sim', 0.05, minutes=0.1, test_paths=[recording])
+
+
+def test_a_recording_cut_into_short_pieces_still_holds_blocks_back():
+    # 20 drives of 1.8 s (a recording cut by mocap glitches): blocks were counted per drive,
+    # so no drive reached its fifth block and 36 s of driving was 'too little'
+    segments = [(36 * i, 36 * (i + 1)) for i in range(20)]
+    data = CarDataset(np.zeros((720, 6)), np.zeros((720, 2)), 0.05, segments)
+    rest, held = hold_out_blocks(data, HOLD_EVERY - 1)
+    assert len(held.segments) == 4 and held.duration_s == pytest.approx(4 * 34 * 0.05)
+    assert len(rest.segments) == 16 and all(b - a <= 36 for a, b in rest.segments)
+
+
+@pytest.mark.parametrize('options, expected', [
+    (['--h', '5'], 'model step h must be in (0, 1] s'),
+    (['--model', 'car_mlp', '--wheelbase', '0.3'], "unknown key(s) ['rear_to_cg', 'wheelbase']"),
+    (['--report', 'REPORT_FILE'], 'report.md exists and is not a folder'),
+    (['--out', 'FOLDER'], 'exists and is not a file')])
+def test_settings_are_refused_before_the_data_is_read(tmp_path, capsys, options, expected):
+    report_file = tmp_path / 'report.md'
+    report_file.write_text('an earlier report')
+    paths = {'REPORT_FILE': str(report_file), 'FOLDER': str(tmp_path)}
+    assert main(['car', 'train', *BAG_ARGS, '--data', str(tmp_path / 'missing_bag'),
+                 '--out', str(tmp_path / 'm.pt'), *[paths.get(o, o) for o in options]]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and 'missing_bag' not in err
+
+
+def untrained_checkpoint(path, h: float):
+    """Write an untrained bicycle model with model step h (s)."""
+    return save_car_model(path, build_car_model('car_bicycle', h), {})
+
+
+def test_evaluate_builds_the_data_at_the_checkpoints_model_step(tmp_path, capsys):
+    recording = write_csv(tmp_path / 'a.csv', rows_of(circle(40, 100)))
+    slow = untrained_checkpoint(tmp_path / 'slow.pt', 0.1)
+    args = ['car', 'evaluate', '--source', 'csv', '--data', str(recording), '--out',
+            str(tmp_path / 'report'), '--horizon', '0.01']
+    # without --h the data was built at 0.05 s and a 0.1 s checkpoint was refused
+    assert main([*args, '--checkpoint', str(slow)]) == 0
+    metrics = json.loads((tmp_path / 'report' / 'metrics.json').read_text())
+    assert metrics['h'] == pytest.approx(0.1)
+    assert metrics['horizon_s'] == pytest.approx(0.1)   # one step: not the 0.01 asked for
+    fast = untrained_checkpoint(tmp_path / 'fast.pt', 0.05)
+    capsys.readouterr()
+    assert main([*args, '--checkpoint', str(slow), '--checkpoint', str(fast)]) == 2
+    assert 'different model steps [0.05, 0.1] s' in capsys.readouterr().err
+
+
+def test_replay_of_20_hz_mocap_gets_estimates_from_a_wider_window(tmp_path, capsys):
+    bag = write_bag(tmp_path / 'bag', circle(20, 20))
+    checkpoint = untrained_checkpoint(tmp_path / 'm.pt', 0.05)
+    assert main(['car', 'replay', str(bag), *BAG_ARGS[2:], '--checkpoint', str(checkpoint),
+                 '--out', str(tmp_path / 'replay')]) == 0
+    assert 'estimator windows widened to 0.175 s' in capsys.readouterr().out
+    metrics = json.loads((tmp_path / 'replay' / 'metrics.json').read_text())
+    # a 0.12 s window holds 3 poses at 20 Hz: the estimator never answered, RMSE was NaN
+    assert metrics['estimator']['errors']['vx']['rmse'] < 0.01
+    assert window_for_rate(MocapEstimatorConfig(), 0.01) == MocapEstimatorConfig()
+
+
+@pytest.mark.parametrize('argv', [
+    ['lap', '--laps', '0'], ['lap', '--laps', 'nan'], ['lap', '--target-speed', '-1'],
+    ['scenarios', '--starts', '0'], ['refine', '--rounds', '0', '--out', 'm.pt']])
+def test_counts_and_lengths_of_zero_are_usage_errors(argv):
+    # they ran and ended in 'zero-size array to reduction operation maximum'
+    with pytest.raises(SystemExit):
+        build_parser('car').parse_args(['car', *argv])
+
+
+def test_a_diverging_fixed_recipe_is_refused_and_never_puts_nan_into_weights(caplog):
+    train, test = hold_out_blocks(car_dataset([circle(30, 100)], 0.05), HOLD_EVERY - 1)
+    model = build_car_model('car_mlp')
+    model.fit_normalization(train.transitions())
+    with caplog.at_level(logging.WARNING):
+        fit_car_model(model, train, epochs=3, lr=1e9)
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    assert 'batches with a non-finite loss or gradient' in caplog.text
+    # it saved a checkpoint of NaN weights that no command could load
+    with pytest.raises(ValueError, match='training diverged at learning rate 1e.09'):
+        train_car('car_mlp', train, test, lr=1e9, epochs=3)
+
+
+def test_evaluate_on_test_recordings_alone_needs_no_training_data(tmp_path):
+    recording = write_csv(tmp_path / 'test' / 'a.csv', rows_of(circle(20, 100)))
+    checkpoint = untrained_checkpoint(tmp_path / 'm.pt', 0.05)
+    # it asked for --data, then read all of it and threw it away
+    assert main(['car', 'evaluate', '--source', 'csv', '--test-data', str(recording),
+                 '--checkpoint', str(checkpoint), '--out', str(tmp_path / 'report')]) == 0
+    metrics = json.loads((tmp_path / 'report' / 'metrics.json').read_text())
+    assert metrics['data']['test_seconds'] > 18
+
+
+def test_a_report_on_a_car_that_never_moves_has_a_verdict(tmp_path):
+    t = np.arange(0.0, 20.0, 0.01)
+    parked = Trajectory(time=t, observations=np.tile([1.0, 2.0, 0.3], (len(t), 1)),
+                        actions=np.zeros((len(t), 2)))
+    model = build_car_model('car_bicycle')
+    # the constant-velocity baseline is exact there: the verdict divided by its 0 m error
+    metrics = write_car_report(tmp_path / 'a', {'bicycle': model},
+                               car_dataset([parked], 0.05), 'parked')
+    assert metrics['verdict']['baseline_over_model'] == 1.0
+    assert 'the same as the constant-velocity' in verdict_line(metrics)
+    parked.actions[:, 0] = 0.5   # full throttle, no motion: the bicycle drives off
+    metrics = write_car_report(tmp_path / 'b', {'bicycle': model},
+                               car_dataset([parked], 0.05), 'parked')
+    assert 'LARGER than the constant-velocity baseline' in verdict_line(metrics)
+
+
+def test_too_few_simulated_minutes_name_the_option():
+    # each of the simulator's cars drove 0.75 s: '0 drives and none has two samples'
+    with pytest.raises(ValueError, match='give more --minutes'):
+        car_data('sim', 0.05, minutes=0.1)
+
+
+def test_a_single_unreadable_csv_names_its_reason_in_the_error(tmp_path):
+    columns = HEADER.split(',')
+    rows = rows_of(circle(20, 100))
+    keep = [i for i, c in enumerate(columns) if c != 'safety_value']
+    lines = [','.join(columns[i] for i in keep)]
+    lines += [','.join(repr(float(r[i])) for i in keep) for r in rows]
+    (tmp_path / 'a.csv').write_text('\n'.join(lines) + '\n')
+    # the error said only '(see the warnings)', which a quiet logger never showed
+    with pytest.raises(ValueError, match=r"a.csv: no column\(s\) \['safety_value'\]"):
+        load_car_drives('csv', [tmp_path])
+
+
+def test_a_crashed_bag_among_good_ones_is_skipped_with_its_reason(tmp_path, caplog):
+    options = BagOptions('/pose', '/joy', CommandMapping(1, 0))
+    good = write_bag(tmp_path / 'good', circle(4, 100))
+    crashed = write_bag(tmp_path / 'crashed', circle(4, 100, 1.0))
+    (crashed / 'metadata.yaml').unlink()   # what a recorder killed hard leaves behind
+    with caplog.at_level(logging.WARNING):
+        drives = load_car_drives('bag', [good, crashed], options)
+    # one such bag ended the whole run
+    assert len(drives) == 1 and 'skipping bag' in caplog.text and 'crashed' in caplog.text
+    with pytest.raises(ValueError, match='none of the 2 bags could be read'):
+        load_car_drives('bag', [crashed, tmp_path / 'missing'], options)
+
+
+def test_a_max_speed_below_the_driving_names_itself_when_nothing_is_left():
+    drive = circle(20, 100)   # 1 m/s
+    assert car_dataset([drive], 0.05).info['cut_too_fast'] == 0
+    # the error named only the rate and the gap threshold
+    with pytest.raises(ValueError, match='states faster than 0.5 m/s or 15 rad/s were cut'):
+        car_dataset([drive], 0.05, max_speed=0.5)

@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 from robot_dynamics_learning import cli
 from robot_dynamics_learning.control.track import load_track_spec
-from robot_dynamics_learning.data import bag_io
+from robot_dynamics_learning.data import bag_io, datasets
 from robot_dynamics_learning.data.messages import (CommandMapping, JointStateParser, PoseParser,
-                                                   Reason, StampBounds)
+                                                   Reason, RELOCK_AFTER, StampBounds)
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.dynamics import load_urdf, rnea, URDFError
+from robot_dynamics_learning.signals.yaw_filter import CommandedEstimator
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,6 +146,62 @@ def test_f08_rejected_messages_never_reset_and_a_negative_stamp_is_refused():
     assert looped.ok and looped.value.time_reset
     assert parser.counter.rejected == {Reason.ZERO_STAMP: 1, Reason.NON_FINITE: 1,
                                        Reason.NEGATIVE_STAMP: 1}
+
+
+def test_a_lone_stamp_far_ahead_costs_ten_messages_not_the_rest_of_the_stream():
+    # Recorded data has no clock to refuse it: before, every later message was "backwards".
+    parser = JointStateParser(['a'])
+    stamps = [S + k * S // 100 for k in range(40)]
+    stamps[5] = 1000 * S
+    results = [parser.parse(_joint_msg(t, ['a'])) for t in stamps]
+    rejected = [k for k, r in enumerate(results) if not r.ok]
+    assert rejected == list(range(6, 6 + RELOCK_AFTER - 1))
+    relocked = results[6 + RELOCK_AFTER - 1]
+    assert relocked.ok and relocked.value.time_reset   # consumers restart their state
+    assert all(r.ok and not r.value.time_reset for r in results[6 + RELOCK_AFTER:])
+
+
+def test_backwards_stamps_that_do_not_move_forward_never_relock():
+    parser = JointStateParser(['a'])
+    assert parser.parse(_joint_msg(100 * S, ['a'])).ok
+    for k in range(3 * RELOCK_AFTER):   # stale messages from two sources, interleaved
+        assert not parser.parse(_joint_msg((1 + k % 2) * S, ['a'])).ok
+    assert parser.stamps.last_ns == 100 * S
+
+
+def test_stamps_one_float_second_cannot_tell_apart_are_repeated():
+    parser = JointStateParser(['a'])
+    start = 1_764_000_000 * S   # today's epoch: a float second resolves about 0.24 us
+    assert parser.parse(_joint_msg(start, ['a'])).ok
+    assert parser.parse(_joint_msg(start + 1, ['a'])).reason == Reason.STAMP_REPEATED
+    assert parser.parse(_joint_msg(start + 1000, ['a'])).ok
+
+
+def test_a_looping_pose_stream_restarts_the_car_estimator():
+    parser = PoseParser(bounds=StampBounds(reset_after_ns=S // 2))
+    estimator = CommandedEstimator()
+    resets = 0
+    for _ in range(2):   # a 1 s bag plays twice
+        for k in range(100):
+            sample = parser.parse(_pose_msg(S + k * S // 100)).value
+            if sample.time_reset:
+                resets += 1
+                estimator.reset()
+            assert estimator.update_command(sample.stamp_ns * 1e-9, 0.5, 0.1) is None
+            assert estimator.update(sample.stamp_ns * 1e-9, 0.01 * k, 0.0, 0.0) is None
+    assert resets == 1 and estimator.estimate() is not None
+    assert estimator.counters['rejected_out_of_order'] == 0
+
+
+def test_a_car_csv_row_stamped_far_ahead_costs_that_row_only(tmp_path):
+    rows = [[0.01 * k, 0.01 * k, 0.0, 0.0, 0.3, 0.0, 1.0] for k in range(1, 301)]
+    rows[100][0] = 1000.0
+    path = tmp_path / 'run.csv'
+    path.write_text(','.join(datasets.RC_CAR_COLUMNS) + '\n'
+                    + '\n'.join(','.join(str(v) for v in row) for row in rows) + '\n')
+    trajectory = datasets.load_rc_car(path)
+    assert len(trajectory) == 299
+    assert np.all(np.diff(trajectory.time) > 0)
 
 
 def _pose_msg(stamp_ns: int):

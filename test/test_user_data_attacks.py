@@ -1,4 +1,5 @@
 """Hostile user files for `rdl train` / `rdl evaluate`: one-line errors, skipped rows, no leaks."""
+import json
 import logging
 
 import numpy as np
@@ -65,7 +66,7 @@ def test_time_gaps_cut_the_recording_and_bad_time_names_the_sample(tmp_path):
     assert [len(p) for p in pieces] == [200, 200]
     assert max(float(np.abs(p.qd).max()) for p in pieces) < 1.5
     time[300] = time[299]
-    with pytest.raises(ValueError, match=r'sample 300 at .* follows'):
+    with pytest.raises(ValueError, match=r'data row 300 at .* follows'):
         trajectories_from_table({'time': time, 'q': np.sin(time), 'tau': np.cos(time)})
 
 
@@ -105,7 +106,7 @@ def test_columns_that_match_twice_or_disagree_are_refused():
              'tau_1': time}
     with pytest.raises(ValueError, match="'q_0' matches both q and tau"):
         trajectories_from_table(table, {'q': 'q_*', 'tau': '*_0'})
-    with pytest.raises(ValueError, match='joint columns disagree'):
+    with pytest.raises(ValueError, match=r"q 1 from \['q_0'\]; tau 2 from \['tau_0', 'tau_1'\]"):
         trajectories_from_table(table, {'q': 'q_0', 'tau': 'tau_*'})
     with pytest.raises(ValueError, match='time column or dt, not both'):
         trajectories_from_table(table, {'time': 'time', 'q': 'q_*', 'tau': 'tau_*'}, dt=0.01)
@@ -179,3 +180,194 @@ def test_derivatives_of_the_training_side_never_see_a_test_sample(tmp_path, spli
     for before, after in zip(train, train_changed):
         np.testing.assert_array_equal(before.qd, after.qd)
         np.testing.assert_array_equal(before.qdd, after.qdd)
+
+
+def _joint_bag(path, names=('a', 'b'), rows: int = 500, no_effort=(), reversed_from=None,
+               stamps=None):
+    """Write a JointState bag; `no_effort` rows lack effort, names flip from `reversed_from`."""
+    time = np.arange(rows) * 0.004
+    q = np.stack([np.sin((j + 1) * time) for j in range(len(names))], 1)
+    stamps = 10**12 + np.round(time * 1e9).astype(np.int64) if stamps is None else stamps
+    with bag_io.BagWriter(path, storage='sqlite3') as writer:
+        for i in range(rows):
+            order = slice(None, None, -1 if reversed_from is not None and i >= reversed_from
+                          else 1)
+            effort = None if i in no_effort else (2 * q[i] + 0.1)[order].copy()
+            msg = writer.joint_state(int(stamps[i]), list(names)[order], q[i][order].copy(),
+                                     np.cos(time[i]) * np.ones(len(names)), effort)
+            writer.write('/joint_states', bag_io.JOINT_STATE, 10**12 + i * 4_000_000, msg)
+    return path
+
+
+def test_bad_time_after_skipped_rows_names_the_data_row():
+    time = np.arange(400) * 0.002
+    q = np.sin(time)
+    q[10:20] = np.nan   # skipped rows: the sample index no longer is the data row
+    time[300] = time[299]
+    with pytest.raises(ValueError, match=r'data row 300 at .* follows'):
+        trajectories_from_table({'time': time, 'q': q, 'tau': np.cos(time)})
+
+
+def test_a_bag_with_some_messages_without_effort_is_read_skipping_them(tmp_path, caplog):
+    bag = _joint_bag(tmp_path / 'bag', no_effort={100, 101, 250})
+    arrays = bag_io.read_topic(bag, '/joint_states')
+    assert len(arrays) == 497 and arrays.fields['effort'].shape == (497, 2)
+    assert arrays.rejections == {'accepted': 497, 'missing_field': 3}
+    assert np.isfinite(arrays.fields['effort']).all()
+    assert 100 * 4_000_000 + 10**12 not in arrays.receive_ns
+    with caplog.at_level(logging.WARNING):
+        train, test = learning_cli.load_data([str(bag)], {})
+    assert '3 missing_field' in caplog.text
+    assert sum(len(t) for t in train + test) == 497
+
+
+def test_evaluate_reads_a_bag_in_the_checkpoints_joint_order(tmp_path, capsys):
+    bag = _joint_bag(tmp_path / 'bag', rows=600)
+    assert _train(tmp_path, '--data', str(bag)) == 0
+    flipped = _joint_bag(tmp_path / 'flipped', rows=600, reversed_from=0)   # same data, (b, a)
+    scores = []
+    for data in (bag, flipped):
+        capsys.readouterr()
+        assert cli.main(['evaluate', '--checkpoint', str(tmp_path / 'run' / 'model.pt'),
+                         '--data', str(data)]) == 0
+        scores.append(capsys.readouterr().out)
+    assert scores[0] == scores[1].replace(str(flipped), str(bag))
+
+
+def test_a_re_split_dataset_derives_qdd_on_each_side(monkeypatch):
+    # The datasets' qdd is a zero-phase derivative of the whole recording: re-split by blocks,
+    # the training rows next to a test block would carry derivatives of its samples.
+    time = np.arange(600) * 0.001
+
+    def recording(qd: np.ndarray) -> Trajectory:
+        qdd = np.gradient(qd, time, axis=0)   # any whole-recording derivative
+        return Trajectory(time=time, joint_names=['a'], q=np.sin(time)[:, None], qd=qd,
+                          qdd=qdd, tau=np.cos(time)[:, None], source='kinova.csv')
+
+    qd = np.cos(3 * time)[:, None]
+    changed = qd.copy()
+    changed[300:400] += 1.0   # the second block of 100 rows is tested (blocks:100:2)
+    sides = []
+    for values in (qd, changed):
+        monkeypatch.setattr(learning_cli, 'load_split',
+                            lambda data, split, v=values: [recording(v)] if split == 'train'
+                            else [])
+        sides.append(learning_cli.load_data(['kinova'], {}, 'blocks:100:2'))
+    (train, test), (train_changed, _) = sides
+    assert [t.time[0] for t in test] == [0.1, 0.3, 0.5]
+    for before, after in zip(train, train_changed):
+        np.testing.assert_array_equal(before.qdd, after.qdd)
+
+
+def test_replay_skips_messages_without_effort_and_keeps_time_resets(tmp_path):
+    from robot_dynamics_learning.learning import replay
+    stamps = 10**12 + np.arange(500) * 4_000_000
+    stamps[300:] -= 2 * 10**9   # a time reset at row 300, whose message lacks effort
+    bag = _joint_bag(tmp_path / 'bag', no_effort={7, 300}, stamps=stamps)
+    stream = replay.read_joint_stream(bag)
+    assert len(stream) == 498 and stream.torque_source == 'effort'
+    assert stream.counts == {'accepted': 498, 'missing_field': 2}
+    assert [reason for _, reason in stream.rejections] == ['missing_field'] * 2
+    assert np.flatnonzero(stream.reset_before).tolist() == [299]   # row 301
+
+
+def test_files_with_the_same_columns_in_another_order_are_matched_by_name(tmp_path):
+    time = np.arange(400) * 0.002
+    columns = {'time': time, 'q_a': np.sin(time), 'q_b[1]': np.cos(time), 'tau_a': 3 * time,
+               'tau_b[1]': -time}
+    for name, order in (('first.csv', list(columns)),
+                        ('second.csv', ['tau_b[1]', 'q_b[1]', 'time', 'tau_a', 'q_a'])):
+        np.savetxt(tmp_path / name, np.column_stack([columns[k] for k in order]),
+                   delimiter=',', header=','.join(order), comments='')
+    train, test = learning_cli.load_data([str(tmp_path / 'first.csv'),
+                                          str(tmp_path / 'second.csv')], {}, 'time:0.5')
+    for first, second in ((train[0], train[1]), (test[0], test[1])):
+        np.testing.assert_array_equal(first.q, second.q)
+        np.testing.assert_array_equal(first.tau, second.tau)
+
+
+def test_train_and_evaluate_write_strict_json_for_a_joint_that_never_moves(tmp_path, capsys):
+    time = np.arange(600) * 0.002
+    table = {'time': time, 'q_0': np.sin(3 * time), 'q_1': np.full(600, 0.3),
+             'tau_0': np.cos(3 * time), 'tau_1': np.full(600, 1.5)}   # nMSE of joint 1: NaN
+    path = tmp_path / 'still.npz'
+    np.savez(path, **table)
+    assert _train(tmp_path, '--data', str(path)) == 0
+
+    def strict(text: str) -> dict:
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f'{name} in JSON'))
+
+    summary = strict((tmp_path / 'run' / 'train_summary.json').read_text())
+    assert summary['test']['model']['nmse'][1] is None
+    capsys.readouterr()
+    assert cli.main(['evaluate', '--checkpoint', str(tmp_path / 'run' / 'model.pt'),
+                     '--data', str(path)]) == 0
+    assert strict(capsys.readouterr().out)['nmse_per_joint'][1] is None
+
+
+def test_empty_csv_cells_are_missing_values_skipped_like_nan(tmp_path, caplog):
+    # pandas writes NaN as an empty cell; some loggers end every line with a comma.
+    path = _csv(tmp_path / 'run.csv',
+                edit=lambda lines: [line + ',' for line in _set_cell(200, 1, '')(lines)])
+    with caplog.at_level(logging.WARNING):
+        pieces = load_trajectories(path)
+    assert 'skipped 1 of 400 rows' in caplog.text and "'q': 1" in caplog.text
+    assert [p.source for p in pieces] == [f'{path}[0:199]', f'{path}[200:400]']
+
+
+def test_evaluate_scores_the_side_that_training_held_out(tmp_path, capsys):
+    # Evaluated with the default time split, a blocks-trained model is scored on rows it
+    # was trained on; the training's split, columns and dt are the defaults.
+    path = _csv(tmp_path / 'run.csv', rows=800)
+    assert _train(tmp_path, '--data', str(path), '--split', 'blocks:100:4') == 0
+    held = json.loads((tmp_path / 'run' / 'train_summary.json').read_text())['test']
+    capsys.readouterr()
+    assert cli.main(['evaluate', '--checkpoint', str(tmp_path / 'run' / 'model.pt'),
+                     '--data', str(path)]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored['split'] == 'blocks:100:4'
+    assert scored['test_samples'] == held['test_samples'] == 2 * 99
+    assert scored['nmse_per_joint'] == held['model']['nmse']
+
+
+@pytest.mark.parametrize('file_format', ['csv', 'npz'])
+def test_a_bag_export_trains_as_it_is_with_its_nanosecond_stamps(tmp_path, file_format):
+    bag = _joint_bag(tmp_path / 'bag')
+    exported = tmp_path / f'js.{file_format}'
+    assert cli.main(['bag', 'export', str(bag), '--topic', '/joint_states', '--format',
+                     file_format, '--out', str(exported)]) == 0
+    from_file = load_trajectory(exported)
+    from_bag = bag_io.read_trajectory(bag)
+    np.testing.assert_allclose(from_file.time, from_bag.time + 1000.0, atol=1e-6)   # 10**12 ns
+    np.testing.assert_array_equal(from_file.tau, from_bag.tau)
+    assert from_file.qdd is not None and 0.5 < np.abs(from_file.qdd).max() < 5.0
+
+
+def test_a_sample_index_as_time_warns_that_the_derivative_window_widens(caplog):
+    index = np.arange(400.0)   # the Kinova CSVs' Time column: qdd would be per sample squared
+    with caplog.at_level(logging.WARNING):
+        trajectories_from_table({'time': index, 'q': np.sin(index / 50), 'tau': index})
+    assert 'is time in seconds' in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        trajectories_from_table({'time': index * 0.001, 'q': np.sin(index / 50), 'tau': index})
+    assert 'is time in seconds' not in caplog.text
+
+
+def test_values_too_large_for_float32_statistics_never_reach_a_checkpoint(tmp_path, capsys):
+    # 1e37 fits float32 (kept by the loader) but its sums do not: NaN normalisation.
+    path = _csv(tmp_path / 'run.csv', rows=600, edit=lambda lines: [lines[0]] + [
+        ','.join(cells[:-1] + [repr(float(cells[-1]) * 1e37)])
+        for cells in (line.split(',') for line in lines[1:])])
+    assert _train(tmp_path, '--data', str(path)) == 2
+    assert "'target_norm.mean' is NaN or inf" in capsys.readouterr().err
+    assert not (tmp_path / 'run' / 'model.pt').exists()
+
+
+def test_a_bag_without_the_expected_joints_names_them(tmp_path):
+    from robot_dynamics_learning.learning import replay
+    bag = _joint_bag(tmp_path / 'bag')
+    with pytest.raises(ValueError, match=r"missing_joint': 500\}\); joints expected: \['c'\]"):
+        bag_io.read_trajectory(bag, joint_names=['c'])
+    with pytest.raises(ValueError, match=r"last reasons: missing joints \['c'\]"):
+        replay.read_joint_stream(bag, joint_names=['a', 'c'])

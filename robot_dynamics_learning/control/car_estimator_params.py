@@ -33,6 +33,9 @@ class CarStateEstimatorConfig(CarCommandSettings):
     max_speed: float = setting_of(MocapEstimatorConfig, 'max_speed')
     jump_margin: float = setting_of(MocapEstimatorConfig, 'jump_margin')
     relock_after: int = setting_of(MocapEstimatorConfig, 'relock_after')
+    time_reset_s: float = setting(0.5, 'a pose stamp this far backwards is a time reset '
+                                  '(looping bag, restarted simulation): the estimate starts '
+                                  'again instead of rejecting every later pose', 0.0, 1e9)
     frame_id: str = setting('world', 'frame of the published pose')
     publish_rate_hz: float = setting(100.0, 'most estimates published per second (every pose '
                                      'is still filtered); 0 = one per accepted pose', 0.0,

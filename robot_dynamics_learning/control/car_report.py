@@ -41,25 +41,36 @@ def evaluate_models(models: Dict[str, CarModel], test: CarDataset, horizon_s: fl
 
 
 def verdict(scores: Dict[str, Any]) -> Dict[str, Any]:
-    """Best model by 1 s end-position error, and its ratio to the baseline's error."""
+    """
+    Best model by 1 s end-position error, and its ratio to the baseline's error.
+
+    Both errors 0 (a car that stands still throughout the test data) is a ratio of 1.
+    """
     learned = {k: v for k, v in scores.items() if k != BASELINE}
     base = scores[BASELINE]['position_error_m']
     if not learned:
         return {'best_model': None, 'baseline_error_m': base}
     best = min(learned, key=lambda k: learned[k]['position_error_m'])
-    return {'best_model': best, 'model_error_m': learned[best]['position_error_m'],
-            'baseline_error_m': base,
-            'baseline_over_model': base / max(learned[best]['position_error_m'], 1e-12)}
+    error = learned[best]['position_error_m']
+    return {'best_model': best, 'model_error_m': error, 'baseline_error_m': base,
+            'baseline_over_model': base / max(error, 1e-12) if base > 0 or error > 0 else 1.0}
 
 
 def _verdict_text(metrics: Dict[str, Any]) -> str:
     v = metrics['verdict']
     horizon = metrics['horizon_s']
     if v['best_model'] is None:
-        return f"Only the baseline ran: {short_number(v['baseline_error_m'])} m after {horizon} s."
+        return (f"Only the baseline ran: {short_number(v['baseline_error_m'])} m after "
+                f'{horizon:g} s.')
     ratio = v['baseline_over_model']
-    compare = (f'{ratio:.2f} times smaller than' if ratio >= 1 else
-               f'{1 / ratio:.2f} times LARGER than')
+    if ratio == 1.0:   # both 0 (the car stood still) or equal
+        compare = 'the same as'
+    elif ratio > 1:
+        compare = f'{ratio:.2f} times smaller than'
+    elif ratio > 0:
+        compare = f'{1 / ratio:.2f} times LARGER than'
+    else:   # the baseline is exact: nothing moved in the test data
+        compare = 'LARGER than'
     return (f"Best model: **{v['best_model']}**, end-position error "
             f"{short_number(v['model_error_m'])} m after {horizon:g} s open loop, {compare} the "
             f"constant-velocity baseline's ({short_number(v['baseline_error_m'])} m).")
@@ -193,6 +204,8 @@ def write_car_report(out: Path, models: Dict[str, CarModel], test: CarDataset, s
     """
     Write metrics.json, the PNGs and report.md to `out`; return the metrics.
 
+    horizon_s is rounded to whole model steps (at least one); the report names that horizon.
+
     estimator: from `rdl car replay`: time, estimates, reference (arrays), errors, counters,
     config, reference_window_s.
     """
@@ -201,7 +214,7 @@ def write_car_report(out: Path, models: Dict[str, CarModel], test: CarDataset, s
     scores = evaluate_models(models, test, horizon_s)
     steps = max(1, int(round(horizon_s / test.h)))
     metrics: Dict[str, Any] = {
-        'source': source, 'h': test.h, 'horizon_s': horizon_s, 'models': scores,
+        'source': source, 'h': test.h, 'horizon_s': round(steps * test.h, 9), 'models': scores,
         'verdict': verdict(scores),
         'data': {**test.info, 'test_seconds': test.duration_s,
                  'test_windows': next(iter(scores.values()))['windows']}}

@@ -11,6 +11,7 @@ learned "no change") and under-fits the bicycle model.
 """
 import copy
 from dataclasses import dataclass
+import logging
 import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -29,6 +30,7 @@ from robot_dynamics_learning.sim.driving import simulated_drives
 import torch
 from tqdm import tqdm
 
+LOG = logging.getLogger(__name__)
 CAR_MODEL_TYPES = ('car_mlp', 'car_bicycle')
 # Learning rates that work for each model with `fit_car_model` (Adam, cosine decay).
 DEFAULT_LR = {'car_mlp': 2e-3, 'car_bicycle': 1e-2}
@@ -76,7 +78,7 @@ def car_data(source: str, h: float, minutes: float = 15.0, seed: int = 0,
              paths: Sequence[Path] = (), test_paths: Sequence[Path] = (),
              options: BagOptions = BagOptions(), params: CarParams = CarParams(),
              max_gap_s: Optional[float] = None, max_speed: float = 8.0,
-             max_yaw_rate: float = 15.0, progress: bool = False
+             max_yaw_rate: float = 15.0, progress: bool = False, test_only: bool = False
              ) -> Tuple[CarDataset, CarDataset]:
     """
     Return (train, test) data sets of model transitions at step h.
@@ -87,24 +89,36 @@ def car_data(source: str, h: float, minutes: float = 15.0, seed: int = 0,
     (never trained on, even where they lie inside a --data tree), or without them every
     fifth block of the recordings (`hold_out_blocks`), never trained on. max_gap_s: gap
     threshold (default from the detected sample rate); max_speed (m/s), max_yaw_rate
-    (rad/s): faster states of a user's recordings are mocap glitches, cut out.
+    (rad/s): faster states of a user's recordings are mocap glitches, cut out. test_only
+    (`rdl car evaluate`): with test_paths the training recordings are neither read nor
+    needed, and train is empty.
     """
+    if source in ('sim', 'dart') and (paths or test_paths):
+        # the default source is sim: a user's --data was ignored, the model trained on sim
+        raise ValueError(f"source '{source}' reads no --data or --test-data; add --source bag "
+                         'or --source csv to train on your recordings')
     if source == 'dart':
         return dart_split(h)
     if source in ('bag', 'csv'):
         limits = {'max_gap_s': max_gap_s, 'max_speed': max_speed, 'max_yaw_rate': max_yaw_rate}
-        test_files = car_source_files(source, test_paths) if test_paths else []
-        data = car_dataset(load_car_drives(source, paths, options, progress, test_files), h,
-                           **limits)
-        if test_files:
-            return data, car_dataset(load_car_drives(source, test_files, options, progress),
-                                     h, **limits)
-        return hold_out_blocks(data, HOLD_EVERY - 1)
+        if test_paths:
+            test_files = car_source_files(source, test_paths)
+            test = car_dataset(load_car_drives(source, test_files, options, progress), h,
+                               **limits)
+            if test_only:
+                return test.subset([]), test
+            return car_dataset(load_car_drives(source, paths, options, progress, test_files), h,
+                               **limits), test
+        return hold_out_blocks(car_dataset(load_car_drives(source, paths, options, progress), h,
+                                           **limits), HOLD_EVERY - 1)
     if source != 'sim':
         raise ValueError(f"unknown data source '{source}'; use sim, dart, bag or csv")
     if minutes <= 0:
         raise ValueError(f'minutes must be positive, got {minutes}')
     train = simulated_drives(60.0 * minutes, params, MocapNoise(), seed)
+    if not train:   # the simulator splits the time among its cars and keeps drives of 2 s
+        raise ValueError(f'{minutes:g} minutes of simulated driving gave no drive long enough '
+                         'to learn from; give more --minutes (0.5 or more)')
     test = simulated_drives(120.0, params, MocapNoise(), seed + 1000)
     return car_dataset(train, h), car_dataset(test, h)
 
@@ -115,10 +129,13 @@ def build_car_model(model_type: str, h: float = 0.05,
     Build a car model by registry name with step h (s).
 
     settings: config fields of the model (e.g. wheelbase, rear_to_cg for `car_bicycle`,
-    hidden, layers for `car_mlp`); an unknown name is refused by the model's config.
+    hidden, layers for `car_mlp`); an unknown name is refused by the model's config. h
+    beyond EVAL_HORIZON_S is refused: no window of the scored horizon would hold a step.
     """
     if model_type not in CAR_MODEL_TYPES:
         raise ValueError(f"unknown car model '{model_type}'; known: {list(CAR_MODEL_TYPES)}")
+    if not 0 < h <= EVAL_HORIZON_S:
+        raise ValueError(f'the model step h must be in (0, {EVAL_HORIZON_S:g}] s, got {h}')
     return build_model(model_type, {**(settings or {}), 'h': h}, 6, 2, 6)
 
 
@@ -130,7 +147,9 @@ def fit_epochs(model: CarModel, data: SequenceBatch,
     Minimise `loss_fn(model, batch)` with Adam over shuffled rows of `data`, epoch by epoch.
 
     The learning rate decays by cosine to 5 %; gradients are clipped to `max_grad_norm` when
-    given. Returns the mean training loss per epoch; the model ends in eval mode.
+    given. A batch with a non-finite loss or gradient is skipped and counted in a warning (a
+    NaN never reaches the weights). Returns the mean training loss per epoch (NaN for an
+    epoch without a usable batch); the model ends in eval mode.
     """
     generator = torch.Generator().manual_seed(seed)
     count = data.observations.shape[0]
@@ -138,25 +157,32 @@ def fit_epochs(model: CarModel, data: SequenceBatch,
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs, lr * 0.05)
     for parameter in model.parameters():
         parameter.requires_grad_(True)   # an optimisation through the model may have frozen them
-    history = []
+    history, skipped = [], 0
     model.train()
     for epoch in range(epochs):
         order = torch.randperm(count, generator=generator)
-        total = 0.0
+        total, used = 0.0, 0
         for start in range(0, count, batch_size):
             index = order[start:start + batch_size]
             loss = loss_fn(model, SequenceBatch(data.observations[index], data.actions[index],
                                                 data.targets[index]))
             optimizer.zero_grad()
             loss.backward()
-            if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                  max_grad_norm or math.inf)
+            if not (torch.isfinite(loss) and torch.isfinite(norm)):
+                skipped += 1
+                continue
             optimizer.step()
             total += float(loss.detach()) * index.numel()
+            used += index.numel()
         schedule.step()
-        history.append(total / count)
+        history.append(total / used if used else math.nan)
         if log_every and (epoch + 1) % log_every == 0:
             print(f'epoch {epoch + 1}: loss {history[-1]:.4f}', flush=True)
+    if skipped:
+        LOG.warning('skipped %d batches with a non-finite loss or gradient (learning rate %g)',
+                    skipped, lr)
     model.eval()
     return history
 
@@ -323,6 +349,11 @@ def train_car(model_type: str, train: CarDataset, test: CarDataset, seed: int = 
         history['validation_transitions'] = int(val.transitions().observations.shape[0])
     metrics: Dict[str, Any] = evaluate_car_model(model, test, steps)
     metrics.update(history)
+    diverged = [k for k in ('final_train_loss', 'best_val', 'rel_l1_one_step',
+                            'position_error_m') if k in metrics and not math.isfinite(metrics[k])]
+    if diverged:   # refused here: the caller would save a model that only gives NaN
+        raise ValueError(f"training diverged at learning rate {lr:g} ({', '.join(diverged)} "
+                         'not finite); try a smaller --lr')
     metrics['train_transitions'] = int(fit.transitions().observations.shape[0])
     metrics['data'] = dict(train.info)
     return model, metrics

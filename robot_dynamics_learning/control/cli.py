@@ -15,13 +15,14 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 from robot_dynamics_learning.control.car_mpc_params import CarMPCConfig
 from robot_dynamics_learning.control.car_report import verdict_line, write_car_report
-from robot_dynamics_learning.control.car_training import (car_data, CAR_MODEL_TYPES,
-                                                          load_car_model, save_car_model,
-                                                          StopRule, train_car)
+from robot_dynamics_learning.control.car_training import (build_car_model, car_data,
+                                                          CAR_MODEL_TYPES, load_car_model,
+                                                          save_car_model, StopRule,
+                                                          train_car)
 from robot_dynamics_learning.control.demo_lap import (DEFAULT_MODEL, DEFAULT_TRACK, drive_laps,
                                                       plot_lap)
 from robot_dynamics_learning.control.refine import refine_on_scenarios
@@ -35,12 +36,14 @@ from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.estimator_check import (estimator_errors,
                                                              reference_states,
                                                              REFERENCE_WINDOW_S,
-                                                             stream_estimates)
+                                                             stream_estimates,
+                                                             window_for_rate)
 from robot_dynamics_learning.signals.mocap import MocapEstimatorConfig
 from robot_dynamics_learning.sim.car import CarParams
 import torch
 
 SHIPPED_DART_MODELS = ('config/models/car_mlp_dart.pt', 'config/models/car_bicycle_dart.pt')
+TRAIN_H = 0.05   # model step (s) of `rdl car train` without --h
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,7 +105,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help='car model checkpoint (repeat; default the shipped DART MLP and '
                              'bicycle)')
     replay.add_argument('--window-s', type=float, default=None,
-                        help='estimator position window (s); default the node default')
+                        help='estimator position window (s); default the node default (0.12), '
+                             "widened to hold 4 poses at the bag's rate (0.175 at 20 Hz)")
     replay.add_argument('--yaw-window-s', type=float, default=None,
                         help='estimator yaw window (s)')
     replay.add_argument('--order', type=int, choices=(1, 2), default=None,
@@ -117,28 +121,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     refine = commands.add_parser('refine', help='fine-tune a car model on simulated runs of '
                                  'the scenario plans (control/refine.py)')
     refine.add_argument('--checkpoint', type=Path, default=DEFAULT_MODEL)
-    refine.add_argument('--rounds', type=int, default=3)
-    refine.add_argument('--runs', type=int, default=10, help='simulated runs per scenario')
-    refine.add_argument('--epochs', type=int, default=15, help='fine-tuning epochs per round')
+    refine.add_argument('--rounds', type=_positive_int, default=3)
+    refine.add_argument('--runs', type=_positive_int, default=10,
+                        help='simulated runs per scenario')
+    refine.add_argument('--epochs', type=_positive_int, default=15,
+                        help='fine-tuning epochs per round')
     refine.add_argument('--out', type=Path, required=True, help='checkpoint to write')
     refine.set_defaults(func=_refine)
 
     scenarios = commands.add_parser('scenarios', help="the seed's offline scenarios")
     scenarios.add_argument('--checkpoint', type=Path, default=DEFAULT_MODEL)
-    scenarios.add_argument('--starts', type=int, default=20)
-    scenarios.add_argument('--iterations', type=int, default=300)
+    scenarios.add_argument('--starts', type=_positive_int, default=20,
+                           help='perturbed simulator starts per scenario')
+    scenarios.add_argument('--iterations', type=_positive_int, default=300,
+                           help="optimiser iterations of each scenario's plan")
     scenarios.add_argument('--out', type=Path, default=None, help='folder for JSON and PNG')
     scenarios.set_defaults(func=_scenarios)
 
     lap = commands.add_parser('lap', help='drive simulated laps with the MPC (no ROS)')
     lap.add_argument('--checkpoint', type=Path, default=DEFAULT_MODEL)
     lap.add_argument('--track', type=Path, default=DEFAULT_TRACK)
-    lap.add_argument('--laps', type=float, default=1.0)
+    lap.add_argument('--laps', type=_positive_float, default=1.0)
     lap.add_argument('--params', type=Path, default=resource('config/car.yaml'),
                      help="car_mpc's settings, read from the car_mpc block of this ROS params "
                      'YAML as the node reads it: solver, iterations, step sizes, horizon, '
                      'target speed, limits (default: the package config/car.yaml)')
-    lap.add_argument('--target-speed', type=float, default=None,
+    lap.add_argument('--target-speed', type=_positive_float, default=None,
                      help='m/s (default: the params file)')
     lap.add_argument('--out', type=Path, default=None, help='folder for car_lap.png/json')
     lap.set_defaults(func=_lap)
@@ -181,8 +189,10 @@ def _bag_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f'PoseStamped mocap topic (default {CAR_POSE_TOPIC})')
     parser.add_argument('--command-topic', default=CAR_COMMAND_TOPIC,
                         help=f'Joy, Twist or TwistStamped commands (default {CAR_COMMAND_TOPIC})')
-    parser.add_argument('--throttle-axis', type=int, default=1, help='Joy throttle axis')
-    parser.add_argument('--steering-axis', type=int, default=3, help='Joy steering axis')
+    parser.add_argument('--throttle-axis', type=int, default=1,
+                        help='Joy throttle axis (default 1)')
+    parser.add_argument('--steering-axis', type=int, default=3,
+                        help='Joy steering axis (default 3)')
     parser.add_argument('--throttle-scale', type=float, default=1.0,
                         help='throttle = scale * axis (Joy) or linear.x (Twist)')
     parser.add_argument('--steering-scale', type=float, default=1.0,
@@ -195,12 +205,14 @@ def _bag_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--source', choices=SOURCES, default='sim',
-                        help='sim: simulator; dart: the DART recordings (file split); bag: '
-                             'rosbag2 folders; csv: DART-style CSV files or folder trees')
+                        help='sim (the default): simulator; dart: the DART recordings (file '
+                             'split); bag: rosbag2 folders; csv: DART-style CSV files or '
+                             'folder trees')
     parser.add_argument('--data', type=Path, nargs='+', default=(),
                         help='bag folders or CSV files / folders (source bag, csv)')
     parser.add_argument('--test-data', type=Path, nargs='+', default=(),
-                        help='held-out bags or CSVs (default: every fifth block of --data)')
+                        help='held-out bags or CSVs (default: every fifth block of --data; '
+                             'evaluate then needs no --data)')
     _bag_arguments(parser)
     parser.add_argument('--max-gap-s', type=_positive_float, default=None,
                         help='gap that splits drives (default 5 sample periods, at least 0.05 s: '
@@ -215,8 +227,11 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
                         help='source sim: car mass (kg)')
     parser.add_argument('--sim-wheelbase', type=_positive_float, default=None,
                         help='source sim: wheelbase of the simulated car (m)')
-    parser.add_argument('--h', type=_positive_float, default=0.05, help='model step (s)')
-    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--h', type=_positive_float, default=None,
+                        help=f'model step (s); train: default {TRAIN_H}, evaluate: default '
+                             "the checkpoints' step")
+    parser.add_argument('--seed', type=int, default=0,
+                        help='seed of the training and of the simulated drives')
     parser.add_argument('--threads', type=_positive_int, default=1, help='torch threads')
 
 
@@ -227,7 +242,7 @@ def _bag_options(args: argparse.Namespace) -> BagOptions:
                       args.safety_button, args.typestore)
 
 
-def _load_data(args: argparse.Namespace):
+def _load_data(args: argparse.Namespace, h: float, test_only: bool = False):
     torch.set_num_threads(args.threads)
     params = CarParams()
     if args.mass is not None:
@@ -235,9 +250,9 @@ def _load_data(args: argparse.Namespace):
     if args.sim_wheelbase is not None:
         params = dataclasses.replace(params, wheelbase=args.sim_wheelbase,
                                      rear_to_cg=args.sim_wheelbase / 2)
-    return car_data(args.source, args.h, args.minutes, args.seed, args.data, args.test_data,
+    return car_data(args.source, h, args.minutes, args.seed, args.data, args.test_data,
                     _bag_options(args), params, args.max_gap_s, args.max_speed,
-                    args.max_yaw_rate, progress=True)
+                    args.max_yaw_rate, progress=True, test_only=test_only)
 
 
 def _describe(args: argparse.Namespace) -> str:
@@ -246,12 +261,16 @@ def _describe(args: argparse.Namespace) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    train, test = _load_data(args)
     settings = {k: v for k, v in (('wheelbase', args.wheelbase),
                                   ('rear_to_cg', args.rear_to_cg or (
                                       args.wheelbase / 2 if args.wheelbase else None)),
                                   ('hidden', args.hidden), ('layers', args.layers))
                 if v is not None}
+    h = args.h or TRAIN_H
+    build_car_model(args.model, h, settings)   # a bad setting fails before a long data read
+    _refuse_wrong_kind(args.out, folder=False)
+    _refuse_wrong_kind(args.report, folder=True)
+    train, test = _load_data(args, h)
     rule = StopRule(args.max_epochs, args.patience)
     model, metrics = train_car(args.model, train, test, args.seed, args.lr, rule, settings,
                                args.epochs, progress=True)
@@ -273,9 +292,30 @@ def _models(paths: Sequence[Path]) -> Dict[str, object]:
     return models
 
 
+def _model_step(models: Dict[str, object], h: Optional[float]) -> float:
+    """Return the checkpoints' common model step (s): the data is built at it."""
+    steps = sorted({round(model.h, 9) for model in models.values()})
+    if len(steps) > 1:
+        raise ValueError(f'the checkpoints have different model steps {steps} s; score them '
+                         'in separate runs')
+    if h is not None and abs(h - steps[0]) > 1e-9:
+        raise ValueError(f"--h {h:g} differs from the checkpoints' model step {steps[0]:g} s; "
+                         'leave --h out')
+    return steps[0]
+
+
+def _refuse_wrong_kind(path: Optional[Path], folder: bool) -> None:
+    """Refuse an output path of the wrong kind (file, folder) before the work, not after it."""
+    if path is None or not path.exists() or path.is_dir() == folder:
+        return
+    kind = 'a folder (for the report)' if folder else 'a file (the checkpoint to write)'
+    raise FileExistsError(f'{path} exists and is not {kind}')
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     models = _models(args.checkpoint)   # a wrong checkpoint path fails before a long read
-    _, test = _load_data(args)
+    _refuse_wrong_kind(args.out, folder=True)
+    _, test = _load_data(args, _model_step(models, args.h), test_only=True)
     metrics = write_car_report(args.out, models, test, _describe(args), horizon_s=args.horizon)
     print(verdict_line(metrics))
     print(f'report: {args.out / "report.md"}')
@@ -284,15 +324,19 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
-    options = _bag_options(args)
-    drive = load_car_bags([args.bag], options, progress=True)[0]
-    models = _models(args.checkpoint or [resource(p) for p in SHIPPED_DART_MODELS])
-    h = next(iter(models.values())).h
-    test = car_dataset([drive], h, max_gap_s=args.max_gap_s)
     settings = {k: v for k, v in (('window_s', args.window_s),
                                   ('yaw_window_s', args.yaw_window_s), ('order', args.order))
                 if v is not None}
-    config = MocapEstimatorConfig(**settings)
+    asked = MocapEstimatorConfig(**settings)   # bad settings fail before the bag is read
+    models = _models(args.checkpoint or [resource(p) for p in SHIPPED_DART_MODELS])
+    _refuse_wrong_kind(args.out, folder=True)
+    drive = load_car_bags([args.bag], _bag_options(args), progress=True)[0]
+    test = car_dataset([drive], _model_step(models, None), max_gap_s=args.max_gap_s)
+    config = window_for_rate(asked, 1.0 / test.info['rate_hz'])
+    if config != asked:
+        print(f'estimator windows widened to {config.window_s:.3f} s to hold '
+              f"{config.min_samples} poses at {test.info['rate_hz']:.1f} Hz (set the node's "
+              'window_s to at least that for this mocap rate)')
     estimates, counters = stream_estimates(drive.time, drive.observations, config)
     reference = reference_states(drive.time, drive.observations, test.info['max_gap_s'])
     estimator = {'time': drive.time, 'estimates': estimates, 'reference': reference,
@@ -311,6 +355,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _refine(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
+    _refuse_wrong_kind(args.out, folder=False)
     model = load_car_model(args.checkpoint)
     history = refine_on_scenarios(model, args.rounds, args.runs, epochs=args.epochs,
                                   progress=True)

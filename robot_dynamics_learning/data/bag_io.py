@@ -242,13 +242,24 @@ class _JointCollector(_Collector):
                 self.present[name] += 1
 
     def fields(self) -> Dict[str, np.ndarray]:
+        """
+        Return the arrays, first dropping the messages without an optional array others carry.
+
+        Those are counted as missing_field, as a required array would be: a few messages
+        without effort (a driver hiccup) must not make a whole bag unreadable, and rows with
+        and without a field cannot form one array.
+        """
         partial = [name for name, k in self.present.items() if 0 < k < self.n]
         if partial:
-            counts = ', '.join(f'{name} in {self.present[name]}' for name in partial)
-            raise ValueError(
-                f'optional JointState fields are present in only some of the {self.n} '
-                f'accepted messages ({counts}); read them as required (messages without '
-                f'them are skipped) or ignore them')
+            keep = np.all([~np.isnan(self.arrays[name][:self.n]).any(axis=1)
+                           for name in partial], axis=0)
+            self.parser.counter.reject_accepted(
+                Reason.MISSING_FIELD, int((~keep).sum()),
+                f'{partial} empty while other messages carry them')
+            self.stamp_ns = self.stamp_ns[:self.n][keep]
+            self.receive_ns = self.receive_ns[:self.n][keep]
+            self.arrays = {name: array[:self.n][keep] for name, array in self.arrays.items()}
+            self.n = self.capacity = int(keep.sum())
         return {name: array[:self.n] for name, array in self.arrays.items()}
 
 
@@ -302,8 +313,8 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
     Read one topic of a supported type into `TopicArrays`, skipping invalid messages.
 
     joint_names (JointState): output order; None takes the first message's names. position,
-    velocity, effort: `FieldNeed` per array; an optional array must be in all accepted
-    messages or in none (else ValueError: choose required or ignore). mapping: Twist/Joy ->
+    velocity, effort: `FieldNeed` per array; messages without an optional array that other
+    messages carry are skipped (counted as missing_field). mapping: Twist/Joy ->
     throttle, steering. size: required Float64MultiArray length (None: the first message's).
     safety_button (Joy only): index of the deadman button, read into the field 'safety'.
     """
@@ -336,12 +347,13 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
                     Result(reason=Reason.MALFORMED, detail=f'cannot deserialize: {error}'))
                 continue
             collector.add(msg, receive_ns)
+    fields = collector.fields()   # first: it may drop messages
     n = collector.n
     return TopicArrays(
         topic=topic, msgtype=msgtype, stamp_ns=collector.stamp_ns[:n].copy(),
         receive_ns=collector.receive_ns[:n].copy(),
         stamp_source='receive' if msgtype in (TWIST, FLOAT64_MULTI_ARRAY) else 'header',
-        fields={k: v.copy() for k, v in collector.fields().items()},
+        fields={k: v.copy() for k, v in fields.items()},
         joint_names=list(getattr(collector.parser, 'joint_names', None) or []),
         frame_id=collector.frame_id, rejections=collector.parser.counter.as_dict())
 
@@ -384,7 +396,9 @@ def joint_states_to_trajectory(joints: TopicArrays, commands: Optional[TopicArra
     if joints.msgtype != JOINT_STATE:
         raise ValueError(f'{joints.topic} is {joints.msgtype}, not {JOINT_STATE}')
     if len(joints) == 0:
-        raise ValueError(f'{joints.topic}: no valid JointState messages ({joints.rejections})')
+        expected = f'; joints expected: {joints.joint_names}' if joints.joint_names else ''
+        raise ValueError(f'{joints.topic}: no valid JointState messages ({joints.rejections})'
+                         f'{expected}')
     keep = slice(None)
     actions = None
     if commands is not None:

@@ -85,8 +85,10 @@ class CarDataset:
         """
         Return (rest, held) where held is every `every`-th block of `block_s` seconds.
 
-        Blocks are counted along each drive; block k is held when k % every == offset.
-        Whole blocks keep open-loop windows inside one split: no held sample is trained on.
+        Blocks never span two drives but are counted over all drives in order (block k is
+        held when k % every == offset), so that a recording cut by dropouts or glitches into
+        pieces shorter than `every` blocks still holds blocks back. Whole blocks keep
+        open-loop windows inside one split: no held sample is trained on.
         guard: steps of the rest dropped next to each held block, so that states smoothed
         over a window (zero phase) on the rest's side never saw a held pose.
         """
@@ -95,9 +97,11 @@ class CarDataset:
                              f'got {block_s}, {every}, {offset}, {guard}')
         steps = max(2, int(round(block_s / self.h)))
         rest, held = [], []
+        counted = 0
         for a, b in self.segments:
             blocks = [(start, min(start + steps, b)) for start in range(a, b, steps)]
-            is_held = [k % every == offset for k in range(len(blocks))]
+            is_held = [(counted + k) % every == offset for k in range(len(blocks))]
+            counted += len(blocks)
             kept = []
             for k, (start, stop) in enumerate(blocks):
                 if is_held[k]:
@@ -182,7 +186,8 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
     poses are Savitzky-Golay smoothed and differentiated over window_s (default the larger
     of MIN_WINDOW_S and WINDOW_SAMPLES periods) on a `fine_dt` grid (offline, zero phase),
     then sampled every h seconds; the action of a step is the mean command over it. Runs of
-    states faster than max_speed (m/s) or max_yaw_rate (rad/s), mocap glitches, are cut out.
+    states faster than max_speed (m/s) or max_yaw_rate (rad/s), mocap glitches, are cut out
+    (counted in info 'cut_too_fast').
     """
     stride = int(round(h / fine_dt))
     if stride < 1 or abs(stride * fine_dt - h) > 1e-9:
@@ -201,7 +206,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
     pieces = [(piece, window) for trajectory, gap, window in zip(trajectories, gaps, windows)
               for piece in split_at_gaps([trajectory], gap, max(0.2, 2 * window))]
     observations, actions, segments = [], [], []
-    count = 0
+    count = too_fast = 0
     for trajectory, window in pieces:
         grid, states = offline_body_states(trajectory.time, trajectory.observations, fine_dt,
                                            window)
@@ -215,6 +220,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
         # Mocap glitches show as impossible velocities: keep only runs of plausible states.
         plausible = ((np.hypot(coarse[:, 3], coarse[:, 4]) < max_speed)
                      & (np.abs(coarse[:, 5]) < max_yaw_rate))
+        too_fast += int((~plausible).sum())
         edges = np.flatnonzero(np.diff(np.concatenate([[0], plausible.astype(int), [0]])))
         for a, b in zip(edges[::2], edges[1::2]):
             if b - a < 2:
@@ -223,9 +229,12 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
             actions.append(mean_cmd[a:b])
             segments.append((count, count + b - a))
             count += b - a
-    if not observations:
+    info['cut_too_fast'] = too_fast
+    if not observations:   # name both causes: a too low max_speed also leaves no transition
         raise ValueError(f'no drive is long enough for one transition (detected '
-                         f'{1.0 / period:.1f} Hz, gaps over {max(gaps):.3f} s split drives)')
+                         f'{1.0 / period:.1f} Hz, gaps over {max(gaps):.3f} s split drives; '
+                         f'{too_fast} states faster than {max_speed:g} m/s or '
+                         f'{max_yaw_rate:g} rad/s were cut out)')
     return CarDataset(np.concatenate(observations), np.concatenate(actions), h, segments, info)
 
 

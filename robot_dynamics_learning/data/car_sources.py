@@ -59,24 +59,43 @@ def car_csv_files(root: Path) -> List[Path]:
 
 def load_car_csvs(files: Sequence[Path]) -> List[Trajectory]:
     """Load DART-style CSV files; a file that cannot be read is skipped with its reason."""
-    drives = []
+    drives, reasons = [], []
     for path in files:
         try:
             drives.append(load_rc_car(path))
         except (ValueError, OSError) as error:
             LOG.warning('skipping %s', error)
-    if not drives:
-        raise ValueError(f'none of the {len(files)} CSV files could be read (see the warnings)')
+            reasons.append(str(error))
+    if not drives:   # the first reason in the error: the warnings may scroll away or be off
+        raise ValueError(f'none of the {len(files)} CSV files could be read; the first: '
+                         f'{reasons[0]}')
     return drives
 
 
 def load_car_bags(paths: Sequence[Path], options: BagOptions = BagOptions(),
                   progress: bool = False) -> List[Trajectory]:
-    """Read one drive per bag folder (poses + commands, see `bag_io.read_car_trajectory`)."""
-    return [bag_io.read_car_trajectory(path, options.pose_topic, options.command_topic,
-                                       options.mapping, options.safety_button,
-                                       options.typestore, progress)
-            for path in paths]
+    """
+    Read one drive per bag folder (poses + commands, see `bag_io.read_car_trajectory`).
+
+    A bag that cannot be used (a recording killed before it wrote metadata.yaml, a topic
+    missing or of another type) is skipped with its reason, as a damaged CSV file is: one
+    such bag among many ended the whole run. None usable: the (first) reason is the error.
+    """
+    drives, reasons = [], []
+    for path in paths:
+        try:
+            drives.append(bag_io.read_car_trajectory(
+                path, options.pose_topic, options.command_topic, options.mapping,
+                options.safety_button, options.typestore, progress))
+        except (ValueError, OSError) as error:
+            if len(paths) > 1:   # one bag alone: its reason is the error
+                LOG.warning('skipping bag %s: %s', path, error)
+            reasons.append(str(error))
+    if not drives:
+        raise ValueError(reasons[0] if len(reasons) == 1 else
+                         f'none of the {len(reasons)} bags could be read; the first: '
+                         f'{reasons[0]}')
+    return drives
 
 
 def car_source_files(source: str, paths: Sequence[Path]) -> List[Path]:

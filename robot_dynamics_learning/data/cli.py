@@ -44,9 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, default in (('position', 'required'), ('velocity', 'optional'),
                           ('effort', 'optional')):
         export.add_argument(f'--{name}', choices=FIELD_NEEDS, default=default,
-                            help=f'JointState {name}: ignore, optional (used when in every '
-                                 f'message) or required (messages without it are skipped); '
-                                 f'default {default}')
+                            help=f'JointState {name}: ignore, optional (used when the '
+                                 f'messages carry it; those without it are then skipped) or '
+                                 f'required (messages without it are skipped); default '
+                                 f'{default}')
     export.add_argument('--throttle-axis', type=int, default=1, help='Joy throttle axis (1)')
     export.add_argument('--steering-axis', type=int, default=3, help='Joy steering axis (3)')
     export.add_argument('--throttle-scale', type=float, default=1.0,

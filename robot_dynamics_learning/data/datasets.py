@@ -4,6 +4,7 @@ Loaders for the real robot recordings in `../shared/data/` (see its README).
 Every loader returns `Trajectory` objects in SI units. Set RDL_DATA_DIR to point elsewhere;
 without either, a source checkout falls back to its trimmed fixtures (test/fixtures/data).
 """
+import bisect
 import csv
 import json
 import logging
@@ -203,6 +204,33 @@ def split_schunk(runs: Sequence[Trajectory]) -> Tuple[List[Trajectory], List[Tra
     return train[-1:] + train[:-1], [run for i, run in enumerate(runs) if i % 5 == 2]
 
 
+def increasing_rows(time: np.ndarray) -> np.ndarray:
+    """
+    Return a mask of the fewest rows to drop so that `time` strictly increases.
+
+    The longest increasing subsequence: dropping every row behind the running maximum let one
+    row stamped far ahead hide the rest of a recording.
+    """
+    tails: List[int] = []    # tails[k]: the row ending the best increasing run of k + 1 rows
+    tail_times: List[float] = []
+    before = np.full(len(time), -1)
+    for row, t in enumerate(time.tolist()):
+        k = bisect.bisect_left(tail_times, t)
+        if k:
+            before[row] = tails[k - 1]
+        if k == len(tails):
+            tails.append(row)
+            tail_times.append(t)
+        else:
+            tails[k], tail_times[k] = row, t
+    keep = np.zeros(len(time), dtype=bool)
+    row = tails[-1] if tails else -1
+    while row >= 0:
+        keep[row] = True
+        row = before[row]
+    return keep
+
+
 def load_rc_car(path: Path) -> Trajectory:
     """
     Load one DART RC-car CSV: Vicon pose (~100 Hz) and normalised commands.
@@ -211,9 +239,10 @@ def load_rc_car(path: Path) -> Trajectory:
     must not make every later yaw NaN); actions are [throttle in [0, 1], steering in [-1, 1]]
     with throttle zeroed where safety_value == 0 (as the source's loader does). A user's file
     is damaged in ordinary ways: rows that do not parse (a truncated last line) are skipped,
-    rows before the first Vicon sample and rows whose Vicon time does not move forward are
-    dropped, each counted in a warning. Non-finite values stay in for `car_dataset`, which
-    drops and counts them. ValueError if the file is not a Vicon recording.
+    rows before the first Vicon sample and the fewest rows whose removal makes the Vicon time
+    increase (`increasing_rows`) are dropped, each counted in a warning. Non-finite values
+    stay in for `car_dataset`, which drops and counts them. ValueError if the file is not a
+    Vicon recording.
     """
     try:
         with open(path, newline='', encoding='utf-8-sig') as handle:
@@ -236,8 +265,8 @@ def load_rc_car(path: Path) -> Trajectory:
         raise ValueError(f'{path}: no readable data rows ({malformed} malformed)')
     time, x, y, yaw, throttle, steering, safety = np.array(rows).T
     stamped = np.isfinite(time) & (time > 0)   # rows before the first Vicon sample: time 0
-    latest = np.maximum.accumulate(np.where(stamped, time, -np.inf))
-    keep = stamped & (time > np.concatenate([[-np.inf], latest[:-1]]))
+    keep = np.zeros(len(time), dtype=bool)
+    keep[np.flatnonzero(stamped)[increasing_rows(time[stamped])]] = True
     skipped = {'malformed rows': malformed,
                'rows without a finite time': int((~np.isfinite(time)).sum()),
                'rows with a repeated or backwards time': int((stamped & ~keep).sum())}

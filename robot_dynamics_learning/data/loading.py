@@ -4,10 +4,12 @@
 A column spec maps a trajectory field ('time', 'q', 'qd', 'qdd', 'tau', 'observations',
 'actions') to column names or shell patterns, matched in file order and stacked, e.g.
 `{'q': ['Position*'], 'tau': ['Torque[0-9]']}`. Missing qd and qdd are derived from q and qd
-with the package's zero-phase Savitzky-Golay differentiator (`signals.offline`).
+with the package's zero-phase Savitzky-Golay differentiator (`signals.offline`). A time
+column whose name ends in '_ns' holds nanoseconds (as `rdl bag export` writes stamp_ns).
 """
 import csv
 import fnmatch
+import glob
 import logging
 import math
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import zipfile
 
 import numpy as np
-from robot_dynamics_learning.data.trajectory import check_time, Trajectory
+from robot_dynamics_learning.data.trajectory import check_time, JOINT_FIELDS, Trajectory
 from robot_dynamics_learning.signals.offline import savgol_derivative
 
 FIELDS = ('time', 'q', 'qd', 'qdd', 'tau', 'observations', 'actions')
@@ -27,9 +29,15 @@ LOG = logging.getLogger(__name__)
 GAP_PERIODS = 3.0
 # Periods spread wider than this ratio get a warning: the derivative filters assume one period.
 IRREGULAR_PERIODS = 1.5
+# A derivative window under this many periods is widened to 5 samples: likely a time unit slip.
+MIN_WINDOW_PERIODS = 2
 # Model tensors are float32: a larger value would turn into inf there, so it is skipped too.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 MIN_ROWS = 2
+# The columns of `rdl bag export` (data/cli.py) for a JointState topic, header stamps in ns.
+EXPORT_COLUMNS = {'time': ['stamp_ns'], 'q': ['position', 'position_*'],
+                  'qd': ['velocity', 'velocity_*'], 'tau': ['effort', 'effort_*']}
+NANOSECONDS_SUFFIX = '_ns'
 
 
 def parse_columns(items: Sequence[str]) -> Dict[str, List[str]]:
@@ -46,12 +54,19 @@ def parse_columns(items: Sequence[str]) -> Dict[str, List[str]]:
 
 
 def default_columns(names: Sequence[str]) -> Dict[str, List[str]]:
-    """Columns named like the fields: 'q' or 'q_*' (and 'time' or 't') where the table has them."""
+    """
+    Columns named like the fields: 'q' or 'q_*' (and 'time' or 't') where the table has them.
+
+    A field without such columns takes those `rdl bag export` writes ('stamp_ns', 'position'
+    or 'position_*', 'velocity...', 'effort...'): our own export must load as it is.
+    """
     spec = {}
     for field in FIELDS:
-        patterns = [field, f'{field}_*'] + (['t'] if field == 'time' else [])
-        if any(fnmatch.fnmatchcase(name, p) for name in names for p in patterns):
-            spec[field] = patterns
+        own = [field, f'{field}_*'] + (['t'] if field == 'time' else [])
+        for patterns in (own, EXPORT_COLUMNS.get(field, [])):
+            if any(fnmatch.fnmatchcase(name, p) for name in names for p in patterns):
+                spec[field] = patterns
+                break
     return spec
 
 
@@ -107,9 +122,9 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
     the rows next to a boundary see samples across it). Raises ValueError naming the source
     on a missing, doubly used or non-numeric column, a bad time or dt, or no usable rows.
     """
-    arrays, time, bad_time = _field_arrays(table, columns, dt, source)
+    arrays, time, bad_time, _ = _field_arrays(table, columns, dt, source)
     bad = _skipped_rows(arrays, bad_time, source)
-    check_time(time[~bad], source)
+    check_time(time[~bad], source, rows=np.flatnonzero(~bad))
     needs_derivative = _needs_derivative(*(arrays.get(f) for f in ('q', 'qd', 'qdd')))
     pieces = _usable_pieces(time, bad, derivative_window_s if needs_derivative else None,
                             source)
@@ -123,8 +138,13 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
 
 def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec],
                   dt: Optional[float], source: str
-                  ) -> Tuple[Dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """Return ({field: (T, k)} without time, time (T,), rows whose time is not finite)."""
+                  ) -> Tuple[Dict[str, np.ndarray], np.ndarray, np.ndarray, Dict[str, List[str]]]:
+    """
+    Return the data of the fields `columns` names in `table`.
+
+    ({field: (T, k)} without time, time (T,), rows whose time is not finite, {field: the
+    column names stacked, in order}).
+    """
     if dt is not None and not (math.isfinite(dt) and dt > 0):
         raise ValueError(f'{source}: dt must be a positive number of seconds, got {dt}')
     if dt is not None and columns and 'time' in columns:
@@ -153,15 +173,22 @@ def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec]
     if len(set(lengths.values())) > 1:
         raise ValueError(f'{source}: fields differ in length: {lengths}')
     rows = next(iter(lengths.values()))
+    names = {field: [n for n, f in owner.items() if f == field] for field in arrays}
+    widths = {field: arrays[field].shape[1] for field in JOINT_FIELDS if field in arrays}
+    if len(set(widths.values())) > 1:   # name the columns: a pattern took too many or few
+        raise ValueError(f'{source}: the joint fields differ in width: ' + '; '.join(
+            f'{field} {width} from {names[field][:20]}' for field, width in widths.items()))
     if 'time' in arrays:
         if arrays['time'].shape[1] != 1:
             raise ValueError(f'{source}: time must be one column, {spec["time"]} matches '
                              f'{[n for n, f in owner.items() if f == "time"]}')
         time = arrays.pop('time')[:, 0]
-        return arrays, time, ~np.isfinite(time)
+        if names['time'][0].endswith(NANOSECONDS_SUFFIX):
+            time = time * 1e-9
+        return arrays, time, ~np.isfinite(time), names
     if dt is None:
         raise ValueError(f'{source}: give a time column or a positive dt')
-    return arrays, np.arange(rows) * float(dt), np.zeros(rows, dtype=bool)
+    return arrays, np.arange(rows) * float(dt), np.zeros(rows, dtype=bool), names
 
 
 def _skipped_rows(arrays: Mapping[str, np.ndarray], bad_time: np.ndarray,
@@ -208,6 +235,13 @@ def _usable_pieces(time: np.ndarray, bad: np.ndarray, derivative_window_s: Optio
     if steps.size and steps.max() > IRREGULAR_PERIODS * steps.min():
         LOG.warning('%s: irregular sampling, periods %.3g to %.3g s; derivatives assume the '
                     'median %.3g s', source, steps.min(), steps.max(), np.median(steps))
+    if derivative_window_s is not None and steps.size and \
+            derivative_window_s < MIN_WINDOW_PERIODS * np.median(steps):
+        LOG.warning('%s: the %g s window of the qd / qdd derivative spans under %d sample '
+                    'periods of %.3g s and widens to 5 samples: is time in seconds (a sample '
+                    'index as time gives qdd in rad per sample squared)? Else set '
+                    'data.acc_window_s', source, derivative_window_s, MIN_WINDOW_PERIODS,
+                    np.median(steps))
     return pieces
 
 
@@ -286,7 +320,11 @@ def trajectory_from_arrays(time: np.ndarray, q: Optional[np.ndarray] = None,
 
 
 def read_table(path: Union[str, Path]) -> Dict[str, np.ndarray]:
-    """Read a numeric CSV (header row) or an npz file into {name: array}; ValueError if not."""
+    """
+    Read a numeric CSV (header row) or an npz file into {name: array}; ValueError if not.
+
+    Empty CSV cells read as NaN: `trajectories_from_table` skips and counts their rows.
+    """
     path = Path(path)
     if path.suffix.lower() == '.npz':
         try:
@@ -316,7 +354,7 @@ def read_table(path: Union[str, Path]) -> Dict[str, np.ndarray]:
             raise ValueError(f'{path}: line {line} has {len(row)} cells, the header '
                              f'{len(header)}')
         try:
-            values[i] = [float(v) for v in row]
+            values[i] = [_cell(v) for v in row]
         except ValueError:
             cell = next(k for k, v in enumerate(row) if not _is_number(v))
             raise ValueError(f'{path}: line {line}, column {header[cell]!r}: non-numeric cell '
@@ -326,10 +364,15 @@ def read_table(path: Union[str, Path]) -> Dict[str, np.ndarray]:
     return {name: values[:, i] for i, name in enumerate(header)}
 
 
+def _cell(text: str) -> float:
+    """Read one CSV cell; an empty one is NaN (pandas writes missing values so), then skipped."""
+    return float(text) if text.strip() else math.nan
+
+
 def _is_number(text: str) -> bool:
-    """Return whether `float` reads the cell (to name the first bad cell of a row)."""
+    """Return whether `_cell` reads the cell (to name the first bad cell of a row)."""
     try:
-        float(text)
+        _cell(text)
     except ValueError:
         return False
     return True
@@ -342,6 +385,32 @@ def load_trajectories(path: Union[str, Path], columns: Optional[ColumnSpec] = No
     """Load one CSV or npz recording as its contiguous pieces (`trajectories_from_table`)."""
     return trajectories_from_table(read_table(path), columns, dt, joint_names,
                                    derivative_window_s, source=str(path), derive=derive)
+
+
+def load_files(paths: Sequence[Union[str, Path]], columns: Optional[ColumnSpec] = None,
+               dt: Optional[float] = None,
+               derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S,
+               derive: bool = True) -> List[Trajectory]:
+    """
+    Load several recordings as their pieces, matching each field's columns by name.
+
+    A pattern takes columns in each file's own order: a file holding the first file's
+    columns in another order would swap its joints silently, so it is read in the first
+    file's order. Files with other columns keep their own (widths are the caller's check).
+    """
+    trajectories: List[Trajectory] = []
+    first: Dict[str, List[str]] = {}
+    for path in paths:
+        table = read_table(path)
+        names = _field_arrays(table, columns, dt, str(path))[3]
+        first = first or {field: [glob.escape(n) for n in v] for field, v in names.items()}
+        same = names.keys() == first.keys() and all(
+            sorted(glob.escape(n) for n in names[field]) == sorted(first[field])
+            for field in names)
+        trajectories += trajectories_from_table(table, first if same else columns, dt,
+                                                derivative_window_s=derivative_window_s,
+                                                source=str(path), derive=derive)
+    return trajectories
 
 
 def load_trajectory(path: Union[str, Path], columns: Optional[ColumnSpec] = None,

@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 import enum
 import math
-from typing import Callable, ClassVar, Dict, Generic, Optional, Sequence, Tuple, TypeVar
+from typing import (Callable, ClassVar, Dict, Generic, List, Optional, Sequence, Tuple,
+                    TypeVar)
 
 import numpy as np
 from robot_dynamics_learning.params import build_from, check_ranges, setting
@@ -84,6 +85,12 @@ class RejectionCounter:
             self.last_detail[result.reason] = result.detail
         return result
 
+    def reject_accepted(self, reason: Reason, count: int, detail: str) -> None:
+        """Count `count` accepted messages as rejected for `reason`: a later check refused them."""
+        self.accepted -= count
+        self.rejected[reason] = self.rejected.get(reason, 0) + count
+        self.last_detail[reason] = detail
+
     @property
     def total_rejected(self) -> int:
         """Return the number of rejected messages over all reasons."""
@@ -115,6 +122,10 @@ def stamp_to_ns(stamp: object) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
+# Backwards stamps in a row, moving forward among themselves, that relock a `StampCheck`.
+RELOCK_AFTER = 10
+
+
 @dataclass(frozen=True)
 class StampBounds:
     """
@@ -127,12 +138,17 @@ class StampBounds:
     reset_after_ns: a stamp this far behind the last accepted one is a time reset (looping
     bag, restarted simulation) instead of a backwards stamp; the sample is flagged
     `time_reset` once the whole message is valid, so a rejected message never resets state.
+    relock_after: this many backwards stamps in a row, each after the one before it, are a
+    time reset too: the last accepted stamp was the odd one (a lone stamp far ahead, which
+    would otherwise hide every later message as backwards) or time restarted by less than
+    reset_after_ns. None: never.
     """
 
     clock: Optional[Callable[[], int]] = None
     max_future_ns: Optional[int] = None
     max_age_ns: Optional[int] = None
     reset_after_ns: Optional[int] = None
+    relock_after: Optional[int] = RELOCK_AFTER
 
 
 class StampCheck:
@@ -140,7 +156,8 @@ class StampCheck:
     Stateful check that header stamps are positive, within `StampBounds`, and move forward.
 
     Only accepted stamps advance the state, so one bad message does not poison the next.
-    Call `reset()` when time legitimately jumps back (bag loop, simulation reset).
+    Call `reset()` when time legitimately jumps back (bag loop, simulation reset); a jump of
+    `StampBounds.reset_after_ns`, or `relock_after` backwards stamps in a row, count as one.
     """
 
     def __init__(self, allow_repeated: bool = False, bounds: StampBounds = StampBounds()
@@ -148,6 +165,7 @@ class StampCheck:
         self.allow_repeated = allow_repeated
         self.bounds = bounds
         self.last_ns: Optional[int] = None
+        self._backwards: List[int] = []   # the run of backwards stamps since the last accepted
 
     def check(self, stamp_ns: int) -> Optional[Result]:
         """Return None when stamp_ns is acceptable, else the rejection."""
@@ -166,25 +184,42 @@ class StampCheck:
                                f'clock (at most {b.max_age_ns * 1e-9:g} s)')
         if self.last_ns is not None and not self.is_reset(stamp_ns):
             if stamp_ns < self.last_ns:
+                if self._backwards and stamp_ns <= self._backwards[-1]:
+                    self._backwards.clear()   # not a run moving forward: no relock
+                self._backwards.append(stamp_ns)
+                if self._relocks():
+                    return None
                 return _reject(Reason.STAMP_BACKWARDS,
                                f'stamp {stamp_ns} ns < previous {self.last_ns} ns')
-            if stamp_ns == self.last_ns and not self.allow_repeated:
-                return _reject(Reason.STAMP_REPEATED, f'stamp {stamp_ns} ns repeated')
+            # Consumers hand stamps on as float seconds (differentiators, sample buffers): near
+            # today's epoch those resolve about 0.24 us, so a stamp a few ns later is the same.
+            if stamp_ns * 1e-9 <= self.last_ns * 1e-9 and not self.allow_repeated:
+                return _reject(Reason.STAMP_REPEATED, f'stamp {stamp_ns} ns repeated (within '
+                               'the resolution of float seconds)')
         return None
 
     def is_reset(self, stamp_ns: int) -> bool:
-        """Return True when stamp_ns lies reset_after_ns or more behind the last accepted one."""
+        """Return True when stamp_ns lies reset_after_ns behind the last one, or ends a relock."""
         reset_after = self.bounds.reset_after_ns
-        return (reset_after is not None and self.last_ns is not None
-                and self.last_ns - stamp_ns >= reset_after)
+        if self.last_ns is None or stamp_ns >= self.last_ns:
+            return False
+        return ((reset_after is not None and self.last_ns - stamp_ns >= reset_after)
+                or (self._relocks() and self._backwards[-1] == stamp_ns))
+
+    def _relocks(self) -> bool:
+        """Return True when the run of backwards stamps is long enough to relock."""
+        relock = self.bounds.relock_after
+        return relock is not None and len(self._backwards) >= relock
 
     def accept(self, stamp_ns: int) -> None:
         """Advance the state to an accepted stamp."""
         self.last_ns = stamp_ns
+        self._backwards.clear()
 
     def reset(self) -> None:
         """Forget the last stamp."""
         self.last_ns = None
+        self._backwards.clear()
 
 
 # Stamp rejections returned before the values are read (the message is unusable anyway).
@@ -359,13 +394,18 @@ def quaternion_from_yaw(yaw: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PoseSample:
-    """A PoseStamped: position (3,) in m, quaternion (4,) [x, y, z, w] as sent, yaw in rad."""
+    """
+    A PoseStamped: position (3,) in m, quaternion (4,) [x, y, z, w] as sent, yaw in rad.
+
+    time_reset: time went back (`StampBounds`): whatever was estimated before must restart.
+    """
 
     stamp_ns: int
     frame_id: str
     position: np.ndarray
     quaternion: np.ndarray
     yaw: float
+    time_reset: bool = False
 
 
 class PoseParser(_Parser):
@@ -398,9 +438,9 @@ class PoseParser(_Parser):
             return _reject(Reason.BAD_QUATERNION, f'quaternion norm {norm:.6g}')
         if bad_stamp is not None:
             return bad_stamp
-        self._accept_stamp(stamp_ns)
+        reset = self._accept_stamp(stamp_ns)
         return Result(PoseSample(stamp_ns, str(msg.header.frame_id), position, quaternion,
-                                 yaw_from_quaternion(*quaternion)))
+                                 yaw_from_quaternion(*quaternion), reset))
 
 
 MIN_SCALE = 1e-3   # command scales in [1e-3, 1e3]: 1e-300 would send 0.5 throttle as 5e299

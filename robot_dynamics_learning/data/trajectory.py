@@ -7,14 +7,20 @@ import numpy as np
 JOINT_FIELDS = ('q', 'qd', 'qdd', 'tau')
 
 
-def check_time(time: np.ndarray, source: str = '') -> None:
-    """Raise ValueError unless time is 1-D and strictly increasing, naming the first bad step."""
+def check_time(time: np.ndarray, source: str = '', rows: Optional[np.ndarray] = None) -> None:
+    """
+    Raise ValueError unless time is 1-D and strictly increasing, naming the first bad step.
+
+    rows: (T,) the data row of each sample, named instead of its index (where skipped rows
+    make the two differ, the user must find the row in the file).
+    """
     if time.ndim != 1:
         raise ValueError(f'time must be 1-D, got shape {time.shape} ({source})')
     steps = np.diff(time)
     if time.size > 1 and not np.all(steps > 0):
         i = int(np.argmin(steps > 0))
-        raise ValueError(f'time must be strictly increasing: sample {i + 1} at '
+        where = f'sample {i + 1}' if rows is None else f'data row {int(rows[i + 1])}'
+        raise ValueError(f'time must be strictly increasing: {where} at '
                          f'{float(time[i + 1])} s follows {float(time[i])} s ({source})')
 
 

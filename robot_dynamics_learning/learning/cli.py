@@ -10,14 +10,15 @@ config/models/lstm.yaml. Inverse models are scored on the test side after traini
 the previous-value baseline, with calibration and coverage warnings (`learning.evaluation`).
 """
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.data import datasets
-from robot_dynamics_learning.data.loading import (derive_missing, load_trajectories,
-                                                  parse_columns, trajectories_from_table)
+from robot_dynamics_learning.data.loading import (derive_missing, load_files, parse_columns,
+                                                  trajectories_from_table)
 from robot_dynamics_learning.data.splits import parse_split, Split
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
@@ -27,6 +28,7 @@ from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
 from robot_dynamics_learning.learning.evaluation import format_report, inverse_report
 from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_step_rmse
+from robot_dynamics_learning.learning.report import json_ready
 from robot_dynamics_learning.learning.training import holdout_windows, train_model, TrainConfig
 from robot_dynamics_learning.learning.window_choice import train_choosing_window
 from robot_dynamics_learning.models.base import DynamicsModel
@@ -35,6 +37,9 @@ import torch
 import yaml
 
 DATASETS = ('kinova', 'pneumatic', 'schunk')
+# The zero-phase qdd filter of each dataset with a derived qdd (`data.datasets`).
+DATASET_ACC_WINDOW_S = {'kinova': datasets.KINOVA_ACC_WINDOW_S,
+                        'schunk': datasets.SCHUNK_ACC_WINDOW_S}
 FILE_SUFFIXES = ('.csv', '.npz', '.txt')
 CONFIG_KEYS = {'model_type', 'model', 'training', 'data'}
 DATA_KEYS = {'problem', 'window', 'stride', 'val_fraction', 'joint_topic', 'command_topic',
@@ -117,10 +122,12 @@ def load_split(data: str, split: str) -> List[Trajectory]:
     raise ValueError(f"unknown dataset '{data}'; datasets are {list(DATASETS)}")
 
 
-def load_bag(data: str, data_config: Dict[str, Any]) -> List[Trajectory]:
+def load_bag(data: str, data_config: Dict[str, Any],
+             joint_names: Optional[Sequence[str]] = None) -> List[Trajectory]:
     """
     Return a JointState bag's recording in pieces cut at stamp gaps (skipped messages).
 
+    joint_names: the joints in this order, matched by name (None: the first message's).
     Missing qd / qdd stay missing: `_split_then_derive` derives them after the split, as for
     files.
     """
@@ -130,7 +137,7 @@ def load_bag(data: str, data_config: Dict[str, Any]) -> List[Trajectory]:
     from robot_dynamics_learning.data import bag_io
     trajectory = bag_io.read_trajectory(
         path, joint_topic=data_config.get('joint_topic', bag_io.JOINT_TOPIC),
-        command_topic=data_config.get('command_topic'))
+        command_topic=data_config.get('command_topic'), joint_names=joint_names)
     table = {name: getattr(trajectory, name) for name in ('time', 'q', 'qd', 'qdd', 'tau',
                                                           'actions')
              if getattr(trajectory, name) is not None}
@@ -144,15 +151,17 @@ def load_bag(data: str, data_config: Dict[str, Any]) -> List[Trajectory]:
 
 
 def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[str] = None,
-              columns: Sequence[str] = (), dt: Optional[float] = None
+              columns: Sequence[str] = (), dt: Optional[float] = None,
+              joint_names: Optional[Sequence[str]] = None
               ) -> Tuple[List[Trajectory], List[Trajectory]]:
     """
     Return (train, test) trajectories of a dataset name, a bag or CSV / npz files.
 
     Files are read with the column spec `columns` ('field=pattern', `data.loading`) and split
     by `split` (default 'time:0.8'); a dataset keeps its fixed split unless `split` is given,
-    which then re-splits all its recordings; a bag is split like files (default 'time:0.8':
-    scoring its training rows, as before, hid overfitting).
+    which then re-splits all its recordings (qdd derived again on each side); a bag is split
+    like files (default 'time:0.8': scoring its training rows, as before, hid overfitting)
+    and read in the order of `joint_names` where given (a checkpoint's joints, by name).
     """
     data = list(data)
     if all(Path(item).suffix.lower() in FILE_SUFFIXES for item in data):
@@ -162,17 +171,23 @@ def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[
             raise ValueError(f'files given more than once: {twice}')
         spec = parse_columns(columns) if columns else None
         splitter = parse_split(split or 'time:0.8')
-        trajectories = [piece for item in data for piece in load_trajectories(
-            item, spec, dt, derivative_window_s=_derivative_window(data_config), derive=False)]
+        trajectories = load_files(data, spec, dt, _derivative_window(data_config), derive=False)
         _check_same_widths(trajectories)
         return _split_then_derive(trajectories, splitter, data_config)
     if len(data) != 1:
         raise ValueError(f'give one dataset name or bag, or only CSV / npz files; got {data}')
     if data[0] not in DATASETS:   # a bag: split like files
-        return _split_then_derive(load_bag(data[0], data_config),
+        return _split_then_derive(load_bag(data[0], data_config, joint_names),
                                   parse_split(split or 'time:0.8'), data_config)
     train, test = (load_split(data[0], name) for name in ('train', 'test'))
-    return (train, test) if split is None else parse_split(split)(train + test)
+    if split is None:
+        return train, test
+    window = DATASET_ACC_WINDOW_S.get(data[0])
+    if window is None:   # no derived column to keep apart
+        return parse_split(split)(train + test)
+    # qdd was differentiated over whole recordings: derive it again on each side's pieces.
+    raw = [dataclasses.replace(t, qdd=None) for t in train + test]
+    return _split_then_derive(raw, parse_split(split), {'acc_window_s': window})
 
 
 def _derivative_window(data_config: Dict[str, Any]) -> float:
@@ -260,9 +275,9 @@ def run_train(args: argparse.Namespace) -> int:
                 'training': dict(train_config.__dict__), **choice}
     path = save_checkpoint(out / 'model.pt', model, trajectories[0].joint_names, metadata)
     report = inverse_report(model, trajectories, test) if problem == 'inverse' and test else None
-    (out / 'train_summary.json').write_text(json.dumps(
-        {**metadata, 'checkpoint': str(path), 'test': report, 'history': result.history},
-        indent=1))
+    (out / 'train_summary.json').write_text(json.dumps(json_ready(
+        {**metadata, 'checkpoint': str(path), 'test': report, 'history': result.history}),
+        indent=1, allow_nan=False))
     refit = sum(1 for entry in result.history if entry.get('refit'))
     print(f'trained {config["model_type"]} in {result.seconds:.1f} s ({result.epochs} epochs'
           + (f', then {refit} on the training and validation data together' if refit else '')
@@ -273,15 +288,25 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    """Evaluate a checkpoint on `--data`'s test split; print and write JSON metrics."""
+    """
+    Evaluate a checkpoint on `--data`'s test split; print and write JSON metrics.
+
+    --split, --columns and --dt default to the training's (checkpoint metadata): any other
+    split of the training data would score rows the model was trained on.
+    """
     loaded = load_checkpoint(args.checkpoint)
     model = loaded.model
-    problem = loaded.metadata.get('problem', model.kind)
+    trained = loaded.metadata
+    problem = trained.get('problem', model.kind)
     side, spec = args.side, args.split
     if spec in ('train', 'test'):   # the side, as `--split` meant before data splits
         side, spec = spec, None
-    data_config = loaded.metadata.get('data_config', {})   # the training's qdd filter
-    train, test = load_data(args.data, data_config, spec, args.columns, args.dt)
+    spec = trained.get('split') if spec is None else spec
+    columns = args.columns or trained.get('columns', ())
+    dt = trained.get('dt') if args.dt is None else args.dt
+    data_config = trained.get('data_config', {})   # the training's qdd filter
+    train, test = load_data(args.data, data_config, spec, columns, dt,
+                            loaded.joint_names or None)
     trajectories = test if side == 'test' else train
     if not trajectories:
         raise ValueError(f'the {side} side of {args.data} is empty (split {spec!r})')
@@ -299,7 +324,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
                                                       args.horizon).tolist()}
     metrics.update({'checkpoint': str(args.checkpoint), 'data': list(args.data),
                     'split': spec, 'side': side, 'model_type': loaded.model_type})
-    text = json.dumps(metrics, indent=1)
+    text = json.dumps(json_ready(metrics), indent=1, allow_nan=False)   # NaN: null
     print(text)
     if args.out:
         Path(args.out).write_text(text)
@@ -311,7 +336,8 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--columns', nargs='*', default=(),
                         help="files: 'field=pattern[,pattern]' per field (time, q, qd, qdd, tau, "
                         'observations, actions), e.g. q=Position* tau=Torque[0-9]; default: '
-                        'columns named like the fields (q or q_1, q_2, ...)')
+                        'columns named like the fields (q or q_1, q_2, ...) or as `rdl bag '
+                        "export` names them; a time column named '*_ns' is in nanoseconds")
     parser.add_argument('--dt', type=float, default=None,
                         help='files: sample period in seconds (in place of a time column)')
     parser.add_argument('--split', default=None,
@@ -337,8 +363,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument('--checkpoint', required=True, type=Path)
     evaluate.add_argument('--data', required=True, nargs='+',
                           help=f'dataset name {list(DATASETS)}, a rosbag2 folder or CSV / npz '
-                          'files (their split as `rdl train` made it: give the same --columns, '
-                          '--dt and --split)')
+                          'files (--columns, --dt and --split default to those of the training, '
+                          'so that the test side is the one `rdl train` held out)')
     _data_arguments(evaluate)
     evaluate.add_argument('--side', default='test', choices=('train', 'test'),
                           help='which side of the split to score')

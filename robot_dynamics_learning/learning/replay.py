@@ -25,7 +25,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, TYPE_CHECKING
 import numpy as np
 from robot_dynamics_learning.data.bag_io import hold_last, open_bag, read_topic
 from robot_dynamics_learning.data.messages import (FieldNeed, FLOAT64_MULTI_ARRAY,
-                                                   JOINT_STATE, JointStateParser)
+                                                   JOINT_STATE, JointStateParser, Reason,
+                                                   StampBounds)
 from tqdm import tqdm
 
 if TYPE_CHECKING:   # torch is imported lazily, when a model is built
@@ -107,29 +108,23 @@ class StreamRecorder:
 
     def __init__(self, joint_names: Optional[Sequence[str]] = None,
                  time_reset_s: float = 0.5) -> None:
-        self.parser = JointStateParser(joint_names, position=FieldNeed.REQUIRED,
-                                       velocity=FieldNeed.REQUIRED, effort=FieldNeed.OPTIONAL)
-        self.time_reset_s = time_reset_s
+        self.parser = JointStateParser(
+            joint_names, position=FieldNeed.REQUIRED, velocity=FieldNeed.REQUIRED,
+            effort=FieldNeed.OPTIONAL,
+            bounds=StampBounds(reset_after_ns=int(time_reset_s * 1e9)))   # as dynamics_learner
         self.rows: List[Tuple[int, Any]] = []
         self.rejections: List[Tuple[int, str]] = []
         self.resets: List[int] = []
 
     def add(self, msg: Any, receive_ns: int) -> None:
         """Parse one message (rclpy or rosbags class) received at `receive_ns`."""
-        try:
-            stamp_ns = int(msg.header.stamp.sec) * 10**9 + int(msg.header.stamp.nanosec)
-        except (AttributeError, TypeError, ValueError) as error:
-            self.rejections.append((receive_ns, f'malformed: {type(error).__name__}'))
-            return
-        last = self.parser.stamps.last_ns
-        if last is not None and (last - stamp_ns) * 1e-9 >= self.time_reset_s:
-            self.parser.reset()   # the node's time-reset rule (dynamics_learner._is_time_reset)
-            self.resets.append(len(self.rows))
         result = self.parser.parse(msg)
-        if result.ok:
-            self.rows.append((receive_ns, result.value))
-        else:
+        if not result.ok:
             self.rejections.append((receive_ns, result.reason.value))
+            return
+        if result.value.time_reset:   # flagged only on a valid message, as in the node
+            self.resets.append(len(self.rows))
+        self.rows.append((receive_ns, result.value))
 
     def stream(self, first_ns: int, topic: str, tau: Optional[np.ndarray] = None,
                keep: Optional[np.ndarray] = None, source: str = 'effort') -> JointStream:
@@ -137,32 +132,49 @@ class StreamRecorder:
         Return the accepted samples as a `JointStream` (receive times since `first_ns`).
 
         tau: (T, n) torques of the rows when the messages carry no effort; keep: (T,) rows
-        to keep (e.g. those with a torque command before them).
+        to keep (e.g. those with a torque command before them). Without `tau`, messages
+        without effort are skipped and counted as missing_field (the node trains on none of
+        them); a time reset before a dropped row moves to the next kept one.
         """
         if not self.rows:
+            counter = self.parser.counter
             raise ValueError(f'{topic}: no valid JointState message with position and '
-                             f'velocity ({self.parser.counter.as_dict()})')
+                             f'velocity ({counter.as_dict()}; last reasons: '
+                             f"{'; '.join(counter.last_detail.values())})")
         samples = [s for _, s in self.rows]
         receive_ns = np.array([r for r, _ in self.rows], np.int64)
         stamp_ns = np.array([s.stamp_ns for s in samples], np.int64)
         q = np.stack([s.position for s in samples])
         qd = np.stack([s.velocity for s in samples])
-        if tau is None:
-            if any(s.effort is None for s in samples):
-                raise ValueError(f'{topic}: the messages carry no effort')
-            tau = np.stack([s.effort for s in samples])
         keep = np.ones(len(samples), bool) if keep is None else keep
-        reset_before = np.zeros(len(samples), bool)
-        reset_before[[i for i in self.resets if i < len(samples)]] = True
-        tau, q, qd, stamp_ns, receive_ns, reset_before = (
-            a[keep] for a in (tau, q, qd, stamp_ns, receive_ns, reset_before))
-        reset_before[0] = False
+        rejections, counts = list(self.rejections), self.parser.counter.as_dict()
+        if tau is None:
+            carries = np.array([s.effort is not None for s in samples])
+            if not carries.any():
+                raise ValueError(f'{topic}: the messages carry no effort')
+            tau = np.stack([np.full(q.shape[1], np.nan) if s.effort is None else s.effort
+                            for s in samples])
+            missing = receive_ns[~carries]
+            if missing.size:
+                rejections = sorted(rejections + [(int(r), Reason.MISSING_FIELD.value)
+                                                  for r in missing])
+                counts['accepted'] -= missing.size
+                counts[Reason.MISSING_FIELD.value] = counts.get(Reason.MISSING_FIELD.value,
+                                                                0) + missing.size
+            keep = keep & carries
+        if not keep.any():
+            raise ValueError(f'{topic}: no message has a torque from {source}')
+        period = np.zeros(len(samples), int)   # count of time resets up to each row
+        period[[i for i in self.resets if i < len(samples)]] = 1
+        period = np.cumsum(period)[keep]
+        tau, q, qd, stamp_ns, receive_ns = (a[keep] for a in (tau, q, qd, stamp_ns, receive_ns))
+        reset_before = np.diff(period, prepend=period[:1]) > 0
         return JointStream(
             joint_names=list(self.parser.joint_names), stamp_s=(stamp_ns - stamp_ns[0]) * 1e-9,
             receive_s=(receive_ns - first_ns) * 1e-9, q=q, qd=qd, tau=tau,
             reset_before=reset_before,
-            rejections=[((r - first_ns) * 1e-9, reason) for r, reason in self.rejections],
-            counts=self.parser.counter.as_dict(), torque_source=source, topic=topic)
+            rejections=[((r - first_ns) * 1e-9, reason) for r, reason in rejections],
+            counts=counts, torque_source=source, topic=topic)
 
 
 def read_joint_stream(bag: Path, topic: Optional[str] = None,
@@ -195,8 +207,10 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
                 recorder.rejections.append((receive_ns, f'malformed: {type(error).__name__}'))
                 continue
             recorder.add(msg, receive_ns)
-    if not recorder.rows or all(s.effort is not None for _, s in recorder.rows):
-        return recorder.stream(first_ns, topic)
+    carries = [s.effort is not None for _, s in recorder.rows]
+    if not recorder.rows or any(carries) and (all(carries) or (command_topic is None
+                                                               and not has_commands)):
+        return recorder.stream(first_ns, topic)   # effort; messages without it are skipped
     if command_topic is None and not has_commands:
         raise ValueError(f'{bag}:{topic}: the messages carry no effort and there is no torque '
                          f'command topic ({COMMAND_TOPIC} or --command-topic)')

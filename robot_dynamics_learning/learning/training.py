@@ -179,9 +179,11 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
     torch.manual_seed(config.seed)
     if model.fits_in_closed_form:
         info = model.fit_data(train)
+        _check_finite(model, 'fitted to the training data', train)
         return TrainResult(_validate_and_calibrate(model, val), 1, time.perf_counter() - start,
                            [dict(info)])
     model.fit_normalization(train)
+    _check_finite(model, 'normalised on the training data', train)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         return TrainResult(_validate_and_calibrate(model, val), 0, time.perf_counter() - start,
@@ -199,7 +201,25 @@ def train_model(model: DynamicsModel, train: SequenceBatch, val: Optional[Sequen
             refit = _descend(model, params, concat_batches([train, val]), None, config,
                              descent.best_epoch, start, desc='refit')
             history = history + [{**entry, 'refit': True} for entry in refit.history]
+    _check_finite(model, 'trained (a diverged loss: lower training.learning_rate)', train)
     return TrainResult(descent.best_loss, descent.epochs, time.perf_counter() - start, history)
+
+
+def _check_finite(model: DynamicsModel, stage: str, train: SequenceBatch) -> None:
+    """
+    Raise ValueError naming the first NaN or inf tensor of `model` after `stage`.
+
+    Such a model must never be saved or used: its checkpoint would be refused at every load.
+    Values that fit float32 but not its sums and squares (|x| from about 1e19) break the
+    normalisation, so the message gives the largest training values.
+    """
+    for name, value in model.state_dict().items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            largest = [float(t.abs().max()) if t.numel() else 0.0
+                       for t in (train.observations, train.targets)]
+            raise ValueError(f'model tensor {name!r} is NaN or inf after it was {stage} '
+                             f'(largest |input| {largest[0]:.3g}, |target| {largest[1]:.3g}; '
+                             'float32 statistics overflow from about 1e19: rescale the data)')
 
 
 class _Descent(NamedTuple):

@@ -10,7 +10,8 @@ URDF's rigid body) or `learned` (the newest checkpoint of `checkpoint_dir`, writ
 dynamics_learner, polled every `poll_period_s` by a thread of its own and swapped in between
 messages; the URDF model until the first one loads). A watchdog (100 Hz) sends zero torque
 while the newest state is older than `stale_timeout_s` on the node clock (sim time with
-use_sim_time); after that the controller restarts with a new approach from a newer state.
+use_sim_time, which cannot change at run time); after that the controller restarts with a new
+approach from a newer state.
 `/diagnostics` (1 Hz): counters, the tracking RMSE over the last second (rad) and the model
 in use.
 """
@@ -31,7 +32,7 @@ from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, float64_array_msg,
                                                        JointStateParser, parse_or_warn)
-from robot_dynamics_learning.nodes.parameters import declare_config
+from robot_dynamics_learning.nodes.parameters import declare_config, refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
 from robot_dynamics_learning.resources import resource
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
@@ -49,6 +50,7 @@ class ArmControllerNode(Node):
         super().__init__('arm_controller')
 
         self.config = config = declare_config(self, ArmControllerNodeConfig)
+        refuse_clock_changes(self)   # sim time without /clock would stop the watchdog
         torch.set_num_threads(config.torch_threads)
         name = config.urdf or 'panda.urdf'
         urdf = Path(name) if '/' in name else resource(f'urdf/{name}')

@@ -32,6 +32,8 @@ from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from std_msgs.msg import Float64
 
+# The learner's checkpoint names (<prefix>_NNNNNN.pt), which car_mpc follows in checkpoint_dir.
+CAR_CHECKPOINT_PREFIX = 'car_model'
 STOP_TIMEOUT_S = 1.5   # the training thread's last update; a node has 2 s to end after SIGINT
 
 
@@ -47,7 +49,7 @@ class CarModelLearnerNode(Node):
             model, fit = load_car_model(Path(config.checkpoint)), False
         else:
             model, fit = build_car_model(config.model, config.h), True
-        folder = CheckpointDirectory(Path(config.checkpoint_dir), prefix='car_model')
+        folder = CheckpointDirectory(Path(config.checkpoint_dir), prefix=CAR_CHECKPOINT_PREFIX)
         self.adaptation = CarAdaptation(
             model, adaptation, np.random.default_rng(config.seed),
             save=lambda m, metadata: folder.save(m, metadata=metadata), fit_normalization=fit)

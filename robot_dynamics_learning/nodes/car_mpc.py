@@ -28,8 +28,11 @@ with the newest one (a value that is not positive is refused and counted in reje
 the last good one stays in force). Until one arrives, lateral_accel_max (0: no bound).
 With grip_speed_profile (default) the limit also sets the speed targets along the track
 (`TrackMPC.speed_profile`: slow before a turn, not in it).
-Counters (commands, brake_*, rejected_*, grip_updates) and solve-time percentiles go to
-/diagnostics twice a second.
+Model updates: with checkpoint_dir, the newest `car_model_*.pt` car_model_learner wrote there
+is loaded every reload_period_s if it holds the model type and config in use (else refused
+once, logged and counted in model_refused).
+Counters (commands, brake_*, rejected_*, grip_updates, model_reloads, model_refused) and
+solve-time percentiles go to /diagnostics twice a second.
 """
 import math
 from pathlib import Path
@@ -48,12 +51,13 @@ from robot_dynamics_learning.control.optimizer import make_optimizer
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
+from robot_dynamics_learning.nodes.car_model_learner import CAR_CHECKPOINT_PREFIX
 from robot_dynamics_learning.nodes.conversions import (CarCommand, CommandMapping,
                                                        parse_or_warn, PoseParser, stamp_to_ns,
                                                        twist_msg)
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import declare_config, refuse_clock_changes
-from robot_dynamics_learning.nodes.runtime import spin_node
+from robot_dynamics_learning.nodes.runtime import file_version, spin_node
 from std_msgs.msg import Float64
 import torch
 
@@ -72,8 +76,10 @@ class CarMPCNode(ManagedNode):
         self.config = params.mpc_config()
         self.delay_compensation = params.delay_compensation
         self.actuation_delay = params.actuation_delay_s
-        self.checkpoints = (CheckpointDirectory(Path(params.checkpoint_dir))
+        self.checkpoints = (CheckpointDirectory(Path(params.checkpoint_dir),
+                                                prefix=CAR_CHECKPOINT_PREFIX)
                             if params.checkpoint_dir else None)
+        self._refused = None   # `file_version` of the newest checkpoint, refused once
         self.period = 1.0 / params.rate_hz
         self.mpc = self.supervisor = None   # built by configure
         self.counts = {}
@@ -121,8 +127,8 @@ class CarMPCNode(ManagedNode):
                                f' lap), model {self.model_path}, warm-up {warm:.1f} s')
         supervisor = CarSupervisor(params.stale_timeout_s,
                                    lambda: self.get_clock().now().nanoseconds)
-        supervisor.counts.update(model_reloads=0, brake_inactive=0, late_ticks=0,
-                                 warm_start_ticks=0)
+        supervisor.counts.update(model_reloads=0, model_refused=0, brake_inactive=0,
+                                 late_ticks=0, warm_start_ticks=0)
         with self._lock:
             self.mpc, self.supervisor, self.counts = mpc, supervisor, supervisor.counts
 
@@ -150,9 +156,20 @@ class CarMPCNode(ManagedNode):
         paths = self.checkpoints.paths()
         if not paths or paths[-1] == self.model_path:
             return
+        newest = file_version(paths[-1])
+        if newest is None or newest == self._refused:
+            return   # refused (logged, counted) once, unless the file changes
         try:
             model = load_car_model(paths[-1])
+            current = self.mpc.model
+            # The weights go into the MPC's model: another model type or config (h, layer
+            # sizes) would not load (an error that ended the node) or would predict wrongly.
+            if type(model) is not type(current) or model.config != current.config:
+                raise ValueError(f'{paths[-1]} holds {model.config}, the MPC runs '
+                                 f'{current.config}')
         except (ValueError, FileNotFoundError) as error:
+            self._refused = newest
+            self.counts['model_refused'] += 1
             self.get_logger().error(f'kept the current model: {error}')
             return
         with self._solve_lock:

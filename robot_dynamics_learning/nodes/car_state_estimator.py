@@ -5,7 +5,9 @@ Subscribes `mocap_pose` (`geometry_msgs/PoseStamped`, sensor-data QoS, e.g. rema
 `/vrpn_mocap/<body>/pose`). Every pose is validated twice: the message parser (data/messages:
 NaN, bad quaternion, zero or backward stamps, stamps more than max_future_stamp_s ahead of the
 node clock: one such pose would otherwise hide every real one after it) and the estimator
-(signals/mocap: out-of-order stamps, jumps beyond max_speed * dt + jump_margin). Accepted poses
+(signals/mocap: out-of-order stamps, jumps beyond max_speed * dt + jump_margin). A stamp
+time_reset_s or more backwards, or ten backwards stamps in a row (a looping bag, a restarted
+simulation), restarts the estimate (counted in time_resets). Accepted poses
 feed causal local polynomial fits of position and yaw (`MocapEstimator`: a straight line or a
 parabola evaluated at the newest stamp, the velocity rotated with the heading of the same
 instant). With `command_type` set the node also subscribes `command` (Twist, TwistStamped or
@@ -43,7 +45,10 @@ class CarStateEstimatorNode(Node):
         config = declare_config(self, CarStateEstimatorConfig)
         self.estimator = CommandedEstimator(config.mocap_config(), config.yaw_model())
         refuse_clock_changes(self)
-        bounds = declare_stamp_bounds(self, max_future_s=0.5)
+        # A pose stamp time_reset_s or more backwards (a looping bag, a restarted simulation),
+        # or a run of backwards stamps (`StampBounds.relock_after`), restarts the estimate.
+        bounds = declare_stamp_bounds(self, max_future_s=0.5, reset_after_s=config.time_reset_s)
+        self.time_resets = 0
         self.parser = PoseParser(bounds=bounds)
         self.max_future_ns = bounds.max_future_ns
         self.frame_id = config.frame_id
@@ -67,7 +72,7 @@ class CarStateEstimatorNode(Node):
     def counters(self) -> dict:
         """Message-parser and estimator counters in one dict."""
         counters = {**{f'parser_{k}': v for k, v in self.parser.counter.as_dict().items()},
-                    **self.estimator.counters}
+                    **self.estimator.counters, 'time_resets': self.time_resets}
         if self.command_parser is not None:
             counters.update({f'command_parser_{k}': v
                              for k, v in self.command_parser.counter.as_dict().items()})
@@ -95,6 +100,11 @@ class CarStateEstimatorNode(Node):
         sample = parse_or_warn(self, self.parser, msg, 'pose')
         if sample is None:
             return
+        if sample.time_reset:
+            self.time_resets += 1
+            self.estimator.reset()
+            self._last_publish_ns = None
+            self.get_logger().warn('pose stamps went back in time: the estimate restarts')
         reason = self.estimator.update(sample.stamp_ns * 1e-9, sample.position[0],
                                        sample.position[1], sample.yaw)
         if reason is not None:

@@ -26,6 +26,7 @@ __all__ = [
     'RejectionCounter', 'Result', 'StampCheck', 'stamp_to_ns', 'time_msg', 'clock_msg',
     'joint_state_msg', 'PredictedTorquePublisher', 'pose_stamped_msg', 'planar_pose_msg',
     'twist_msg', 'twist_stamped_msg', 'joy_msg', 'float64_array_msg', 'subscribe_commands',
+    'Float32Guard',
 ]
 # The car command types a node may take on `command` (config field `command_type`).
 COMMAND_MESSAGES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
@@ -44,6 +45,31 @@ def parse_or_warn(node: Node, parser, msg, what: str):
     node.get_logger().warn(f'{what} rejected ({result.reason.value}: {result.detail})',
                            throttle_duration_sec=2.0)
     return None
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class Float32Guard:
+    """
+    Skips and counts samples with a value beyond float32: the arm nodes' input check.
+
+    A garbage velocity, or the acceleration differentiated from a large one: the models
+    compute in float32, where a finite float64 beyond 3.4e38 became inf, and the model's
+    check of its input ended the node.
+    """
+
+    def __init__(self) -> None:
+        self.skipped = 0
+
+    def accepts(self, node: Node, *arrays: Optional[np.ndarray]) -> bool:
+        """Return True when every value (None: no values) fits; else count and log the skip."""
+        if all(a is None or bool(np.all(np.abs(a) <= FLOAT32_MAX)) for a in arrays):
+            return True
+        self.skipped += 1
+        node.get_logger().warn(f'skipped a sample beyond float32 ({self.skipped} so far): a '
+                               'joint value or its derivative', throttle_duration_sec=2.0)
+        return False
 
 
 def subscribe_commands(node: Node, config: CarCommandSettings, callback,

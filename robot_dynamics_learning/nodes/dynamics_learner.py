@@ -40,7 +40,7 @@ from robot_dynamics_learning.learning.prequential import (LatencyLog, Recorder,
                                                           saved_variance_scale)
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, model_builder
-from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed,
+from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed, Float32Guard,
                                                        JointStateParser,
                                                        PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
@@ -114,6 +114,8 @@ class DynamicsLearnerNode(ManagedNode):
         self.create_timer(params.diagnostics_period_s, self._publish_diagnostics)
         self._names = names
         self.inactive_dropped = 0
+        self.status_write_errors = 0
+        self.float32 = Float32Guard()
         self.autostart()
 
     def configure(self) -> None:
@@ -186,7 +188,9 @@ class DynamicsLearnerNode(ManagedNode):
             self.learner.start()
 
     def _on_command(self, msg: Float64MultiArray) -> None:
-        if not self.active:
+        if not self.active or self.learner is None:
+            # Before the first joint state (joint_names unset) no size can be checked: a
+            # command of another length would become the next sample's torque target.
             return
         result = self.command_parser.parse(msg)
         if result.ok:
@@ -224,6 +228,8 @@ class DynamicsLearnerNode(ManagedNode):
         if features is None:
             return
         observation, action, target = features
+        if not self.float32.accepts(self, observation, action, target):
+            return
         mean, variance = self.learner.observe(stamp, observation, action, target)
         self.predictions.publish(msg.header.stamp, mean, variance)
         if self.params.lockstep:
@@ -261,6 +267,8 @@ class DynamicsLearnerNode(ManagedNode):
                   for key, value in self.parser.counter.as_dict().items()}
         values.update(time_resets=self.time_resets, predict_only=self.predict_only,
                       inactive_dropped=self.inactive_dropped,
+                      status_write_errors=self.status_write_errors,
+                      samples_out_of_range=self.float32.skipped,
                       commands_rejected=self.command_parser.counter.total_rejected)
         if self.checkpoints is not None:
             values.update({f'checkpoints_skipped_{reason}': n
@@ -299,9 +307,15 @@ class DynamicsLearnerNode(ManagedNode):
     def _write_status(self, values: dict) -> None:
         path = Path(self.params.status_path)
         partial = path.with_name(path.name + '.partial')
-        partial.write_text(json.dumps({**values, 'last_stamp_ns': self.parser.stamps.last_ns},
-                                      default=float))   # numpy scalars
-        os.replace(partial, path)   # a reader never sees half a file
+        try:
+            partial.write_text(json.dumps({**values,
+                                           'last_stamp_ns': self.parser.stamps.last_ns},
+                                          default=float))   # numpy scalars
+            os.replace(partial, path)   # a reader never sees half a file
+        except OSError as error:   # a missing folder or a full disk must not end learning
+            self.status_write_errors += 1
+            self.get_logger().error(f'status not written ({self.status_write_errors} '
+                                    f'times): {error}', throttle_duration_sec=10.0)
 
     def destroy_node(self) -> None:
         """Stop training and write a last checkpoint before the node goes."""

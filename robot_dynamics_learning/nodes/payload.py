@@ -2,10 +2,10 @@
 Run-time payload changes of a simulated arm: the `payload_mass` parameter or a message.
 
 Both simulators (arm_sim, mujoco_arm) take a new payload either way: `ros2 param set <node>
-payload_mass 2.0` (the declared range refuses bad values) or `std_msgs/Float64` on
-`~/payload_mass`, where a negative or non-finite mass is ignored with a warning.
+payload_mass 2.0` or `std_msgs/Float64` on `~/payload_mass`, which sets the parameter, so
+both go through its declared range (a refused mass is ignored with a warning) and the
+parameter always shows the payload in use.
 """
-import math
 from typing import Callable, List
 
 from rcl_interfaces.msg import SetParametersResult
@@ -17,10 +17,9 @@ from std_msgs.msg import Float64
 def follow_payload(node: Node, apply: Callable[[float], None]) -> None:
     """Call `apply(mass_kg)` for every accepted payload change, by parameter or message."""
     def on_message(msg: Float64) -> None:
-        if not (math.isfinite(msg.data) and msg.data >= 0.0):
-            node.get_logger().warn(f'ignored payload mass {msg.data} (must be finite, >= 0)')
-            return
-        apply(msg.data)
+        result = node.set_parameters([Parameter('payload_mass', value=float(msg.data))])[0]
+        if not result.successful:
+            node.get_logger().warn(f'ignored payload mass {msg.data} ({result.reason})')
 
     def on_parameters(parameters: List[Parameter]) -> SetParametersResult:
         for parameter in parameters:

@@ -8,9 +8,11 @@ header stamp. When the player signals `end_of_bag` it waits until every learner 
 predicted the last recorded message (learners in lockstep may lag the bag while they train),
 or until no prediction came for `settle_s`, then writes the same report as `rdl replay`
 (report.md, PNGs, metrics.json; the baselines computed on the recorded samples) to `out`,
-and exits, which ends the launch.
+and exits, which ends the launch. Recorded messages that allow no report (none valid, none
+with an effort) end it with one logged line and exit code 1.
 Torques come from the JointState effort.
 """
+import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -58,6 +60,7 @@ class ReplayEvaluator(Node):
             depth=1, reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.TRANSIENT_LOCAL))
         self._done = False
+        self.failed = False   # no report: main() exits with 1
         # joint_states is subscribed once every learner's predictions are matched: the player
         # waits for that subscription, so no prediction of the first samples is lost to
         # discovery (seen once in CI: none arrived from a 1.5 s bag).
@@ -122,7 +125,14 @@ class ReplayEvaluator(Node):
 
     def _finish(self) -> None:
         self._timer.cancel()
-        stream = self.recorder.stream(self.first_ns or 0, self.resolve_topic_name('joint_states'))
+        try:
+            stream = self.recorder.stream(self.first_ns or 0,
+                                          self.resolve_topic_name('joint_states'))
+        except ValueError as error:   # nothing to score: say why, no traceback
+            self.failed = True
+            self.get_logger().error(f'no report: {error}')
+            self.context.try_shutdown()
+            return
         stamps = np.array([s.stamp_ns for _, s in self.recorder.rows], np.int64)
         n = len(stream.joint_names)
         recorded: Dict[str, Tuple[np.ndarray, Optional[np.ndarray]]] = {}
@@ -141,8 +151,15 @@ class ReplayEvaluator(Node):
 
 
 def main(args: Optional[List[str]] = None) -> None:
-    """Run the evaluator until the bag ends and the report is written."""
-    spin_node(ReplayEvaluator, args)
+    """Run the evaluator until the bag ends and the report is written (exit 1: no report)."""
+    nodes: List[ReplayEvaluator] = []
+
+    def make() -> ReplayEvaluator:
+        nodes.append(ReplayEvaluator())
+        return nodes[-1]
+    spin_node(make, args)
+    if nodes and nodes[0].failed:
+        sys.exit(1)
 
 
 if __name__ == '__main__':

@@ -7,10 +7,12 @@ destroyed.
 """
 import faulthandler
 import gc
+import os
+from pathlib import Path
 import signal
 import sys
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import rclpy
 from rclpy.exceptions import InvalidHandle, ParameterException
@@ -235,3 +237,18 @@ def take_pending(subscription: Subscription) -> Optional[Any]:
             raise
         return None   # the context was shut down (SIGINT) during the call
     return None if taken is None else taken[0]
+
+
+def file_version(path: Path) -> Optional[Tuple[str, int, int]]:
+    """
+    Return (path, mtime ns, size) of a file, or None once it is gone.
+
+    For nodes that poll a checkpoint folder and refuse a bad file once: a file copied in
+    place (scp, cp from the learner's machine) is refused while half-written and must be
+    tried again once complete, which its path alone cannot tell.
+    """
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return str(path), stat.st_mtime_ns, stat.st_size

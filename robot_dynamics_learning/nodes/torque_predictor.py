@@ -29,12 +29,12 @@ from robot_dynamics_learning.learning.prequential import (LatencyLog, Prequentia
                                                           saved_variance_scale,
                                                           VarianceCalibration)
 from robot_dynamics_learning.models.base import DynamicsModel
-from robot_dynamics_learning.nodes.conversions import (FieldNeed, JointStateParser,
+from robot_dynamics_learning.nodes.conversions import (FieldNeed, Float32Guard, JointStateParser,
                                                        PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
-from robot_dynamics_learning.nodes.runtime import spin_node
+from robot_dynamics_learning.nodes.runtime import file_version, spin_node
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
 from sensor_msgs.msg import JointState
 import torch
@@ -61,10 +61,11 @@ class TorquePredictorNode(ManagedNode):
         self._model: Optional[DynamicsModel] = None
         self._version = 0
         self._loaded_path: Optional[Path] = None
-        self._tried_path: Optional[Path] = None
+        self._tried: Optional[tuple] = None   # `file_version` of the newest file tried
         self.loads = 0
         self.load_errors = 0
         self.time_resets = 0
+        self.float32 = Float32Guard()
         self.joint_names = None
         self.parser: Optional[JointStateParser] = None
         self.predictor: Optional[StreamingPredictor] = None
@@ -92,7 +93,7 @@ class TorquePredictorNode(ManagedNode):
         with self._lock:
             self._model = None
             self.predictor = None
-        self._loaded_path = self._tried_path = None
+        self._loaded_path = self._tried = None
 
     def _poll(self) -> None:
         if self.configured:
@@ -101,17 +102,18 @@ class TorquePredictorNode(ManagedNode):
     def _load_newest(self) -> None:
         """Load the newest valid checkpoint if it is not the one in use."""
         paths = self.checkpoints.paths()
-        if not paths or paths[-1] in (self._loaded_path, self._tried_path):
+        newest = file_version(paths[-1]) if paths else None
+        if newest is None or newest == self._tried:
             return   # a refused newest file is refused (logged, counted) once, not every poll
-        self._tried_path = paths[-1]
+        self._tried = newest
         try:
             loaded = self.checkpoints.load_latest(self.joint_names)
         except (ValueError, FileNotFoundError, OSError) as error:
             self.load_errors += 1
             self.get_logger().error(f'checkpoint not loaded, keeping the current model: {error}')
             return
-        if loaded.path == self._loaded_path:
-            return
+        if loaded.path == self._loaded_path and loaded.path != paths[-1]:
+            return   # the newest file was refused: the model in use stays
         for parameter in loaded.model.parameters():
             parameter.requires_grad_(False)
         with self._lock:
@@ -166,6 +168,8 @@ class TorquePredictorNode(ManagedNode):
         if features is None:
             return
         observation, action, target = features
+        if not self.float32.accepts(self, observation, action, target):
+            return
         mean, variance = self.predictor.predict(observation, action)
         calibrated = None if variance is None else self.calibration.apply(variance)
         self.predictions.publish(msg.header.stamp, mean, calibrated)
@@ -179,6 +183,7 @@ class TorquePredictorNode(ManagedNode):
     def _publish_diagnostics(self) -> None:
         values = {'checkpoint': str(self._loaded_path), 'loads': self.loads,
                   'load_errors': self.load_errors, 'time_resets': self.time_resets,
+                  'samples_out_of_range': self.float32.skipped,
                   **{f'checkpoints_skipped_{reason}': n
                      for reason, n in self.checkpoints.skipped.items()}}
         if self.parser is not None:

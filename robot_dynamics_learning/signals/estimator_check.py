@@ -6,6 +6,7 @@ same poses, which sees the future and has no delay; it is computed per gap-free 
 read at the pose stamps. Errors are taken at zero lag (what a controller gets), and the lag
 that would minimise them is reported too (the estimator's effective delay).
 """
+from dataclasses import replace
 from typing import Dict, Optional, Tuple, Type
 
 import numpy as np
@@ -18,6 +19,20 @@ CHANNELS = ('vx', 'vy', 'r')
 # 0.009 rad/s in r (0.1 s: 0.025, as large as the errors being measured).
 REFERENCE_WINDOW_S = 0.2
 REFERENCE_ORDER = 3
+
+
+def window_for_rate(config: MocapEstimatorConfig, period_s: float) -> MocapEstimatorConfig:
+    """
+    Return config with its fit windows widened to hold min_samples poses `period_s` apart.
+
+    The defaults (0.12 s, 4 poses) suit 100 Hz and faster mocap: at 20 Hz a 0.12 s window
+    holds 3 poses and the estimator never answers. Half a period of margin keeps the oldest
+    pose inside the window when stamps jitter.
+    """
+    need = (config.min_samples - 0.5) * period_s
+    yaw = config.yaw_window_s
+    return replace(config, window_s=max(config.window_s, need),
+                   yaw_window_s=None if yaw is None else max(yaw, need))
 
 
 def stream_estimates(time: np.ndarray, poses: np.ndarray,

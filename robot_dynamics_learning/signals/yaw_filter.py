@@ -268,6 +268,13 @@ class CommandedEstimator:
         """Return the latest estimate, None before the fit has one."""
         return self._latest
 
+    def reset(self) -> None:
+        """Forget every pose and command (counters are kept): time went back."""
+        self.fit.reset()
+        self.commands = CommandHistory()
+        self._tracker.reset()
+        self._latest = None
+
     def update_command(self, stamp: float, throttle: float, steering: float) -> Optional[str]:
         """
         Offer one command (stamp in s; normalised throttle and steering).

@@ -1,0 +1,364 @@
+"""
+Attacks on the nodes over real DDS on localhost (no mocks): each once stopped a node or a feature.
+
+car_mpc and car_model_learner's checkpoints; a checkpoint copied in place while a node polls;
+joint states stamped nanoseconds apart, or with values beyond float32; commands before the
+joints are known; a status file that cannot be written; a replay without efforts; use_sim_time
+set on the arm controller; a payload message beyond the parameter's range; a looping bag.
+"""
+import contextlib
+import time
+from types import SimpleNamespace
+from typing import Iterator
+
+from diagnostic_msgs.msg import DiagnosticArray
+import numpy as np
+import pytest
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import GetParameters, SetParameters
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from robot_dynamics_learning.control.car_training import build_car_model
+from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
+from robot_dynamics_learning.models.registry import build_model
+from robot_dynamics_learning.nodes.car_model_learner import CAR_CHECKPOINT_PREFIX
+from robot_dynamics_learning.nodes.conversions import joint_state_msg, planar_pose_msg
+from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, TestNode,
+                      wait_for, watch_diagnostics)
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Empty, Float64, Float64MultiArray
+
+pytestmark = pytest.mark.ros
+OVAL = str(ROOT / 'config' / 'tracks' / 'oval.yaml')
+
+
+def test_car_mpc_follows_the_learners_checkpoints_and_refuses_another_model(tmp_path):
+    """The MPC found none of the learner's files; a car_mlp among them ended the node."""
+    folder = CheckpointDirectory(tmp_path / 'models', keep_last=10,
+                                 prefix=CAR_CHECKPOINT_PREFIX)
+    (tmp_path / 'models').mkdir()
+    save = folder.save   # as car_model_learner saves
+    save(build_car_model('car_bicycle'), metadata={})
+    log = tmp_path / 'mpc.log'
+    process = start_node('car_mpc', params={'checkpoint_dir': str(folder.folder),
+                                            'track_file': OVAL, 'iterations': 1,
+                                            'candidates': 32, 'reload_period_s': 0.5},
+                         log_path=log)
+    try:
+        with TestNode('mpc_reload_probe') as probe:
+            counters = watch_diagnostics(probe.node, 'car_mpc')
+            assert wait_for(lambda: 'model_reloads' in counters, 120.0), log.read_text()
+            assert f'{CAR_CHECKPOINT_PREFIX}_000000.pt' in log.read_text()
+            for other in (build_car_model('car_mlp'), build_car_model('car_bicycle', h=0.1)):
+                refused = int(counters['model_refused'])
+                save(other, metadata={})
+                assert wait_for(lambda: int(counters['model_refused']) == refused + 1, 20.0), \
+                    log.read_text()
+                assert process.poll() is None, log.read_text()
+            time.sleep(1.5)   # three more checks: a refused file is refused once
+            assert counters['model_refused'] == '2' and counters['model_reloads'] == '0'
+            # A good one, copied in place: refused while half there, loaded once complete.
+            whole = CheckpointDirectory(tmp_path, prefix=CAR_CHECKPOINT_PREFIX).save(
+                build_car_model('car_bicycle'), metadata={}).read_bytes()
+            newest = folder.folder / f'{CAR_CHECKPOINT_PREFIX}_000003.pt'
+            newest.write_bytes(whole[:len(whole) // 2])
+            assert wait_for(lambda: counters['model_refused'] == '3', 20.0), log.read_text()
+            newest.write_bytes(whole)
+            assert wait_for(lambda: counters['model_reloads'] == '1', 20.0), log.read_text()
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+PANDA = [f'panda_joint{i}' for i in range(1, 8)]
+# Stamps on a multiple of 256 ns, the spacing of float64 near 1.8e18: one more ns is the same
+# float, and so the same time in float seconds.
+STEP_NS = 256 * 7813   # 2 ms
+
+
+def _node_params(executable: str, tmp_path) -> tuple:
+    """Return (parameters, joint names, topic answered per message) for `executable`."""
+    if executable == 'arm_controller':   # efforts feed the checkpoint gate's differentiator
+        return ({'feedforward': 'learned', 'checkpoint_dir': str(tmp_path)}, PANDA,
+                ('/effort_controller/commands', Float64MultiArray))
+    names = ['j1', 'j2', 'j3']
+    answer = (f'/{executable}/predicted_torques', JointState)
+    if executable == 'dynamics_learner':
+        return {'joint_names': names, 'accel_window': 5, 'model_config.hidden_size': 8,
+                'diagnostics_period_s': 0.3}, names, answer
+    CheckpointDirectory(tmp_path).save(build_model('lstm', {'hidden_size': 8}, 9, 3, 3), names)
+    return ({'checkpoint_dir': str(tmp_path), 'accel_window': 5, 'diagnostics_period_s': 0.3},
+            names, answer)
+
+
+@contextlib.contextmanager
+def _arm_node_probe(executable: str, tmp_path) -> Iterator[SimpleNamespace]:
+    """
+    Run `executable` while the block runs; fail if it ends.
+
+    Yields names, counters (its diagnostics), answers (its per-message output), pub (a
+    /joint_states publisher it listens to) and log.
+    """
+    params, names, (topic, msg_type) = _node_params(executable, tmp_path)
+    log = tmp_path / 'node.log'
+    process = start_node(executable, params, log_path=log)
+    try:
+        with TestNode(f'probe_{executable}') as probe:
+            counters = {}
+
+            def on_diagnostics(msg: DiagnosticArray) -> None:
+                for status in msg.status:   # named 'dynamics_learner: ...' or '/arm_controller'
+                    if executable in status.name:
+                        counters.update({kv.key: kv.value for kv in status.values})
+            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
+            answers = Arrivals(probe.node, msg_type, topic)
+            pub = probe.node.create_publisher(JointState, '/joint_states', 100)
+            assert wait_for(lambda: pub.get_subscription_count() > 0 and counters, 60.0), \
+                log.read_text()
+            yield SimpleNamespace(names=names, counters=counters, answers=answers, pub=pub,
+                                  log=log)
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+@pytest.mark.parametrize('executable', ['dynamics_learner', 'torque_predictor',
+                                        'arm_controller'])
+def test_a_stamp_one_ns_after_the_last_is_refused_not_fatal(executable, tmp_path):
+    """Two stamps 1 ns apart were one time in float seconds: the differentiator ended the node."""
+    with _arm_node_probe(executable, tmp_path) as node:
+        stamp = time.time_ns() // 256 * 256
+        n = len(node.names)
+
+        def send(k: int, stamp_ns: int) -> None:
+            q = np.sin(1e-3 * k + np.arange(n))
+            node.pub.publish(joint_state_msg(stamp_ns, node.names, q,
+                                             np.cos(1e-3 * k + np.arange(n)), 2.0 * q))
+            time.sleep(0.01)
+
+        for k in range(10):
+            stamp += STEP_NS
+            send(k, stamp)
+        assert wait_for(lambda: len(node.answers) > 0, 20.0), node.log.read_text()
+        before = len(node.answers)   # the first messages may come before a model is loaded
+        send(10, stamp + 1)
+        for k in range(11, 16):
+            stamp += STEP_NS
+            send(k, stamp)
+        assert wait_for(lambda: node.counters.get('messages_stamp_repeated') == '1', 10.0), \
+            (node.counters, node.log.read_text())
+        assert wait_for(lambda: len(node.answers) >= before + 5, 10.0), node.log.read_text()
+
+
+def test_predictor_loads_a_checkpoint_once_its_copy_is_complete(tmp_path):
+    """A file refused while half-copied (scp, cp) was never tried again."""
+    names = ['j1', 'j2', 'j3']
+    model = build_model('lstm', {'hidden_size': 8}, 9, 3, 3)
+    CheckpointDirectory(tmp_path).save(model, names)
+    whole = CheckpointDirectory(tmp_path / 'elsewhere').save(model, names).read_bytes()
+    log = tmp_path / 'predictor.log'
+    process = start_node('torque_predictor', {'checkpoint_dir': str(tmp_path),
+                                              'poll_period_s': 0.2,
+                                              'diagnostics_period_s': 0.3}, log_path=log)
+    try:
+        with TestNode('predictor_copy_probe') as probe:
+            counters = {}
+
+            def on_diagnostics(msg: DiagnosticArray) -> None:
+                for status in msg.status:
+                    if status.name.startswith('torque_predictor'):
+                        counters.update({kv.key: kv.value for kv in status.values})
+            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
+            assert wait_for(lambda: counters.get('loads') == '1', 60.0), log.read_text()
+            newest = tmp_path / 'model_000001.pt'
+            newest.write_bytes(whole[:len(whole) // 2])
+            assert wait_for(lambda: any(k.startswith('checkpoints_skipped_') for k in counters),
+                            20.0), (counters, log.read_text())
+            newest.write_bytes(whole)
+            assert wait_for(lambda: counters.get('loads') == '2', 20.0), (counters,
+                                                                          log.read_text())
+            assert counters['checkpoint'].endswith('model_000001.pt')
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+def test_learner_drops_a_command_taken_before_it_knew_the_joints(tmp_path):
+    """torque_source command, joint_names unset: a 5-value command before 3 joints was used."""
+    names = ['j1', 'j2', 'j3']
+    log = tmp_path / 'learner.log'
+    process = start_node('dynamics_learner', {'torque_source': 'command', 'accel_window': 5,
+                                              'model_config.hidden_size': 8}, log_path=log)
+    try:
+        with TestNode('learner_command_probe') as probe:
+            commands = probe.node.create_publisher(Float64MultiArray,
+                                                   '/effort_controller/commands', 10)
+            states = probe.node.create_publisher(JointState, '/joint_states', 100)
+            answers = Arrivals(probe.node, JointState, '/dynamics_learner/predicted_torques')
+            assert wait_for(lambda: commands.get_subscription_count() > 0
+                            and states.get_subscription_count() > 0, 60.0), log.read_text()
+            commands.publish(Float64MultiArray(data=[1.0] * 5))
+            time.sleep(0.5)
+            stamp = time.time_ns()
+            for k in range(20):
+                stamp += 2_000_000
+                q = np.sin(1e-3 * k + np.arange(3))
+                states.publish(joint_state_msg(stamp, names, q, np.cos(q)))
+                if k == 10:
+                    commands.publish(Float64MultiArray(data=[0.5] * 3))
+                time.sleep(0.01)
+            assert wait_for(lambda: len(answers) >= 10, 20.0), log.read_text()
+            time.sleep(0.5)
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+def test_learner_keeps_learning_when_its_status_file_cannot_be_written(tmp_path):
+    """A status_path in a missing folder (or a full disk) ended the node at its first report."""
+    log = tmp_path / 'learner.log'
+    process = start_node('dynamics_learner', {
+        'joint_names': ['j1', 'j2', 'j3'], 'model_config.hidden_size': 8,
+        'diagnostics_period_s': 0.2, 'status_path': str(tmp_path / 'missing' / 'status.json')},
+        log_path=log)
+    try:
+        with TestNode('learner_status_probe') as probe:
+            counters = {}
+
+            def on_diagnostics(msg: DiagnosticArray) -> None:
+                for status in msg.status:
+                    if status.name.startswith('dynamics_learner'):
+                        counters.update({kv.key: kv.value for kv in status.values})
+            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
+            assert wait_for(lambda: int(counters.get('status_write_errors', 0)) >= 3, 60.0), \
+                (counters, log.read_text())
+            assert 'status not written' in log.read_text()
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+def test_evaluator_without_efforts_ends_with_one_line_and_code_1(tmp_path):
+    """A bag whose joint states carry no effort ended the evaluator with a traceback."""
+    log = tmp_path / 'evaluator.log'
+    process = start_node('replay_evaluator', {'out': str(tmp_path / 'report'),
+                                              'learners': ['/fake_learner'], 'settle_s': 0.5},
+                         log_path=log)
+    try:
+        with TestNode('evaluator_probe') as probe:
+            probe.node.create_publisher(JointState, '/fake_learner/predicted_torques', 10)
+            reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+            states = probe.node.create_publisher(JointState, '/joint_states', reliable)
+            assert wait_for(lambda: states.get_subscription_count() > 0, 60.0), log.read_text()
+            stamp = time.time_ns()
+            for k in range(20):
+                stamp += 2_000_000
+                states.publish(joint_state_msg(stamp, ['j1', 'j2'], np.full(2, 0.1 * k),
+                                               np.ones(2)))
+            end = probe.node.create_publisher(Empty, '/bag_player/end_of_bag', QoSProfile(
+                depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                durability=DurabilityPolicy.TRANSIENT_LOCAL))
+            end.publish(Empty())
+            assert process.wait(timeout=60) == 1, log.read_text()
+    finally:
+        stop_node(process)
+    text = log.read_text()
+    assert 'no report' in text and 'carry no effort' in text and 'Traceback' not in text, text
+
+
+def test_arm_controller_refuses_use_sim_time_at_run_time_and_still_brakes(tmp_path):
+    """Switched to sim time without /clock, its watchdog stopped: the last torque stayed on."""
+    log = tmp_path / 'controller.log'
+    process = start_node('arm_controller', {'feedforward': 'none'}, log_path=log)
+    try:
+        with TestNode('controller_clock_probe') as probe:
+            commands = Arrivals(probe.node, Float64MultiArray, '/effort_controller/commands',
+                                lambda msg: list(msg.data))
+            states = probe.node.create_publisher(JointState, '/joint_states', 10)
+            assert wait_for(lambda: states.get_subscription_count() > 0, 60.0), log.read_text()
+            client = probe.node.create_client(SetParameters, '/arm_controller/set_parameters')
+            assert client.wait_for_service(timeout_sec=30.0)
+            future = client.call_async(SetParameters.Request(parameters=[ParameterMsg(
+                name='use_sim_time', value=ParameterValue(type=ParameterType.PARAMETER_BOOL,
+                                                          bool_value=True))]))
+            assert wait_for(future.done, 10.0)
+            result = future.result().results[0]
+            assert not result.successful and 'use_sim_time' in result.reason
+            for k in range(50):   # states, then none: the watchdog must send zero torque
+                states.publish(joint_state_msg(time.time_ns(), PANDA, np.zeros(7), np.zeros(7)))
+                time.sleep(0.01)
+            sent = time.monotonic()
+            assert wait_for(lambda: any(value == [0.0] * 7 for _, value in commands.since(sent)),
+                            5.0), log.read_text()
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+@pytest.mark.parametrize('executable', ['dynamics_learner', 'torque_predictor'])
+def test_a_velocity_beyond_float32_is_skipped_not_fatal(executable, tmp_path):
+    """A finite 1e39 rad/s became inf in the float32 model; its input check ended the node."""
+    with _arm_node_probe(executable, tmp_path) as node:
+        stamp = time.time_ns()
+        for k in range(30):
+            stamp += 2_000_000
+            q = np.sin(1e-3 * k + np.arange(3))
+            qd = np.full(3, 1e39) if k == 10 else np.cos(q)
+            node.pub.publish(joint_state_msg(stamp, node.names, q, qd, 2.0 * q))
+            time.sleep(0.01)
+        # the huge velocity stays in the differentiator's window (5) for a few samples
+        assert wait_for(lambda: int(node.counters.get('samples_out_of_range', 0)) >= 1, 10.0), \
+            (node.counters, node.log.read_text())
+        done = len(node.answers)
+        stamp += 2_000_000
+        node.pub.publish(joint_state_msg(stamp, node.names, np.zeros(3), np.ones(3),
+                                         np.ones(3)))
+        assert wait_for(lambda: len(node.answers) > done, 10.0), node.log.read_text()
+
+
+def test_a_payload_message_obeys_the_parameter_range_and_updates_it(tmp_path):
+    """`ros2 param set` refused 1e9 kg, the topic took it; and the parameter never followed."""
+    log = tmp_path / 'mujoco_arm.log'
+    process = start_node('mujoco_arm', {'timeout_action': 'zero'}, log_path=log)
+    try:
+        with TestNode('payload_probe') as probe:
+            counters = watch_diagnostics(probe.node, 'mujoco_arm')
+            payload = probe.node.create_publisher(Float64, '/mujoco_arm/payload_mass', 10)
+            assert wait_for(lambda: payload.get_subscription_count() > 0 and counters, 60.0), \
+                log.read_text()
+            payload.publish(Float64(data=1e9))
+            assert wait_for(lambda: 'ignored payload mass 1000000000.0' in log.read_text(),
+                            10.0), log.read_text()
+            payload.publish(Float64(data=2.0))
+            assert wait_for(lambda: counters.get('payload_kg') == '2.0', 10.0), log.read_text()
+            client = probe.node.create_client(GetParameters, '/mujoco_arm/get_parameters')
+            assert client.wait_for_service(timeout_sec=30.0)
+            future = client.call_async(GetParameters.Request(names=['payload_mass']))
+            assert wait_for(future.done, 10.0)
+            assert future.result().values[0].double_value == 2.0
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
+def test_car_estimator_follows_a_looping_bag(tmp_path):
+    """A bag played with --loop: every pose after the first loop was refused as backwards."""
+    log = tmp_path / 'estimator.log'
+    process = start_node('car_state_estimator', {'max_future_stamp_s': 0.0}, log_path=log)
+    try:
+        with TestNode('estimator_loop_probe') as probe:
+            twists, counters, publisher = estimator_probe(probe.node)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0 and counters, 30.0)
+            start_ns = time.time_ns()
+            for _ in range(2):
+                first = len(twists)
+                for i in range(100):   # 1 s along a straight line at 1 m/s, 100 Hz
+                    publisher.publish(planar_pose_msg(start_ns + i * 10_000_000, 0.01 * i, 0.0,
+                                                      0.0))
+                    time.sleep(0.01)
+                assert wait_for(lambda: len(twists) > first + 50, 5.0), (counters, log.read_text())
+            assert wait_for(lambda: counters.get('time_resets') == '1', 5.0), counters
+            assert counters.get('parser_stamp_backwards', '0') == '0'
+            assert twists[-1].twist.linear.x == pytest.approx(1.0, abs=0.1)
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()
