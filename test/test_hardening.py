@@ -23,6 +23,7 @@ from robot_dynamics_learning.data.messages import (CommandMapping, JointStatePar
                                                    Reason, RELOCK_AFTER, StampBounds)
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.dynamics import load_urdf, rnea, URDFError
+from robot_dynamics_learning.learning.replay import StreamRecorder
 from robot_dynamics_learning.signals.yaw_filter import CommandedEstimator
 import torch
 
@@ -150,7 +151,7 @@ def test_f08_rejected_messages_never_reset_and_a_negative_stamp_is_refused():
 
 def test_a_lone_stamp_far_ahead_costs_ten_messages_not_the_rest_of_the_stream():
     # Recorded data has no clock to refuse it: before, every later message was "backwards".
-    parser = JointStateParser(['a'])
+    parser = JointStateParser(['a'], bounds=StampBounds(relock_after=RELOCK_AFTER))
     stamps = [S + k * S // 100 for k in range(40)]
     stamps[5] = 1000 * S
     results = [parser.parse(_joint_msg(t, ['a'])) for t in stamps]
@@ -161,8 +162,18 @@ def test_a_lone_stamp_far_ahead_costs_ten_messages_not_the_rest_of_the_stream():
     assert all(r.ok and not r.value.time_reset for r in results[6 + RELOCK_AFTER:])
 
 
+def test_replay_relocks_after_a_lone_stamp_far_ahead_and_marks_the_reset():
+    recorder = StreamRecorder(['a'], time_reset_s=0.5)
+    stamps = [S + k * S // 100 for k in range(40)]
+    stamps[5] = stamps[4] + S * 3 // 10   # ahead by less than time_reset_s
+    for k, stamp in enumerate(stamps):
+        recorder.add(_joint_msg(stamp, ['a']), stamp)
+    assert len(recorder.rows) == 40 - (RELOCK_AFTER - 1)
+    assert recorder.resets == [6]   # the stream restarts at the relocked message
+
+
 def test_backwards_stamps_that_do_not_move_forward_never_relock():
-    parser = JointStateParser(['a'])
+    parser = JointStateParser(['a'], bounds=StampBounds(relock_after=RELOCK_AFTER))
     assert parser.parse(_joint_msg(100 * S, ['a'])).ok
     for k in range(3 * RELOCK_AFTER):   # stale messages from two sources, interleaved
         assert not parser.parse(_joint_msg((1 + k % 2) * S, ['a'])).ok

@@ -141,14 +141,15 @@ class StampBounds:
     relock_after: this many backwards stamps in a row, each after the one before it, are a
     time reset too: the last accepted stamp was the odd one (a lone stamp far ahead, which
     would otherwise hide every later message as backwards) or time restarted by less than
-    reset_after_ns. None: never.
+    reset_after_ns. None (default): never; set it only where `time_reset` restarts the
+    consumer's state, since the stamps it passes on then go back in time.
     """
 
     clock: Optional[Callable[[], int]] = None
     max_future_ns: Optional[int] = None
     max_age_ns: Optional[int] = None
     reset_after_ns: Optional[int] = None
-    relock_after: Optional[int] = RELOCK_AFTER
+    relock_after: Optional[int] = None
 
 
 class StampCheck:

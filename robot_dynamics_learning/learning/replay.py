@@ -26,7 +26,7 @@ import numpy as np
 from robot_dynamics_learning.data.bag_io import hold_last, open_bag, read_topic
 from robot_dynamics_learning.data.messages import (FieldNeed, FLOAT64_MULTI_ARRAY,
                                                    JOINT_STATE, JointStateParser, Reason,
-                                                   StampBounds)
+                                                   RELOCK_AFTER, StampBounds)
 from tqdm import tqdm
 
 if TYPE_CHECKING:   # torch is imported lazily, when a model is built
@@ -111,7 +111,8 @@ class StreamRecorder:
         self.parser = JointStateParser(
             joint_names, position=FieldNeed.REQUIRED, velocity=FieldNeed.REQUIRED,
             effort=FieldNeed.OPTIONAL,
-            bounds=StampBounds(reset_after_ns=int(time_reset_s * 1e9)))   # as dynamics_learner
+            bounds=StampBounds(reset_after_ns=int(time_reset_s * 1e9),   # as dynamics_learner
+                               relock_after=RELOCK_AFTER))
         self.rows: List[Tuple[int, Any]] = []
         self.rejections: List[Tuple[int, str]] = []
         self.resets: List[int] = []

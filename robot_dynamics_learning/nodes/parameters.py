@@ -14,7 +14,7 @@ from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescr
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from robot_dynamics_learning.data.messages import StampBounds
+from robot_dynamics_learning.data.messages import RELOCK_AFTER, StampBounds
 from robot_dynamics_learning.params import from_values, is_mapping, legacy_json
 
 ConfigT = TypeVar('ConfigT')
@@ -59,7 +59,9 @@ def declare_stamp_bounds(node: Node, max_future_s: float = 1.0,
 
     Both are judged against the node clock (sim time under use_sim_time), so that one
     message stamped ahead cannot hide every real one after it as "backwards". The age bound
-    is off by default: bags replayed without /clock carry their recording's stamps.
+    is off by default: bags replayed without /clock carry their recording's stamps. With
+    reset_after_s (the node restarts its state on `time_reset`) a jump back that far, or
+    RELOCK_AFTER backwards stamps in a row, is a time reset.
     """
     declare(node, 'max_future_stamp_s', float(max_future_s), 'a header stamp further ahead '
             'of the node clock is refused (future_stamp); 0: no bound', 0.0, 1e9)
@@ -70,7 +72,8 @@ def declare_stamp_bounds(node: Node, max_future_s: float = 1.0,
     return StampBounds(clock=lambda: node.get_clock().now().nanoseconds,
                        max_future_ns=int(future * 1e9) if future > 0 else None,
                        max_age_ns=int(age * 1e9) if age > 0 else None,
-                       reset_after_ns=None if reset_after_s is None else int(reset_after_s * 1e9))
+                       reset_after_ns=None if reset_after_s is None else int(reset_after_s * 1e9),
+                       relock_after=None if reset_after_s is None else RELOCK_AFTER)
 
 
 def refuse_clock_changes(node: Node) -> None:
