@@ -362,3 +362,23 @@ def test_car_estimator_follows_a_looping_bag(tmp_path):
         assert process.poll() is None, log.read_text()
     finally:
         assert stop_node(process) == 0, log.read_text()
+
+
+def test_car_estimator_says_which_window_slow_mocap_needs(tmp_path):
+    """At 20 Hz the default 0.08 s window holds 2 poses of the 4 needed: silence, no reason."""
+    log = tmp_path / 'estimator.log'
+    process = start_node('car_state_estimator', log_path=log)
+    try:
+        with TestNode('estimator_rate_probe') as probe:
+            twists, counters, publisher = estimator_probe(probe.node)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0 and counters, 30.0)
+            start_ns = time.time_ns()
+            for i in range(20):   # 1 s at 20 Hz
+                publisher.publish(planar_pose_msg(start_ns + i * 50_000_000, 0.05 * i, 0.0, 0.0))
+                time.sleep(0.05)
+            assert wait_for(lambda: 'at least 0.175 s' in log.read_text(), 10.0), \
+                log.read_text()
+            assert not twists
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()

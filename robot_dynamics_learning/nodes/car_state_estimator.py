@@ -34,6 +34,7 @@ from robot_dynamics_learning.nodes.conversions import (parse_or_warn, planar_pos
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
+from robot_dynamics_learning.signals.estimator_check import window_for_rate
 from robot_dynamics_learning.signals.yaw_filter import CommandedEstimator
 
 
@@ -44,6 +45,8 @@ class CarStateEstimatorNode(Node):
         super().__init__('car_state_estimator')
         config = declare_config(self, CarStateEstimatorConfig)
         self.estimator = CommandedEstimator(config.mocap_config(), config.yaw_model())
+        self._unanswered = 0   # accepted poses in a row without an estimate
+        self._previous_ns = None
         refuse_clock_changes(self)
         # A pose stamp time_reset_s or more backwards (a looping bag, a restarted simulation),
         # or a run of backwards stamps (`StampBounds.relock_after`), restarts the estimate.
@@ -112,8 +115,13 @@ class CarStateEstimatorNode(Node):
                                    throttle_duration_sec=2.0)
             return
         estimate = self.estimator.estimate()
+        previous, self._previous_ns = self._previous_ns, sample.stamp_ns
         if estimate is None:
+            self._unanswered += 1
+            if self._unanswered == 4 * self.estimator.config.min_samples and previous:
+                self._warn_window((sample.stamp_ns - previous) * 1e-9)
             return
+        self._unanswered = 0
         if (self._last_publish_ns is not None
                 and sample.stamp_ns - self._last_publish_ns < self.publish_period_ns):
             return
@@ -127,6 +135,16 @@ class CarStateEstimatorNode(Node):
         twist.twist.linear.x, twist.twist.linear.y = float(state[3]), float(state[4])
         twist.twist.angular.z = float(state[5])
         self.pub_twist.publish(twist)
+
+    def _warn_window(self, period_s: float) -> None:
+        """Say which window would answer: slow mocap (20 Hz) leaves too few poses in it."""
+        config = self.estimator.config
+        need = window_for_rate(config, period_s)
+        self.get_logger().warn(
+            f'{self._unanswered} poses and no estimate: the fit windows (window_s '
+            f'{config.window_s:g} s, yaw_window_s {config.yaw_window_s or config.window_s:g} s)'
+            f' hold fewer than min_samples {config.min_samples} poses {period_s * 1e3:.0f} ms '
+            f'apart; set window_s (and yaw_window_s) to at least {need.window_s:.3f} s')
 
     def _diagnostics(self) -> None:
         counters = self.counters()
