@@ -382,3 +382,21 @@ def test_car_estimator_says_which_window_slow_mocap_needs(tmp_path):
         assert process.poll() is None, log.read_text()
     finally:
         assert stop_node(process) == 0, log.read_text()
+
+
+def test_car_mpc_starts_on_an_older_checkpoint_when_the_newest_is_corrupt(tmp_path):
+    """Only the newest file was tried at start: one truncated save kept the MPC from starting."""
+    folder = CheckpointDirectory(tmp_path / 'models', prefix=CAR_CHECKPOINT_PREFIX)
+    good = folder.save(build_car_model('car_bicycle'), metadata={})
+    newest = folder.save(build_car_model('car_bicycle'), metadata={})
+    newest.write_bytes(newest.read_bytes()[:100])
+    log = tmp_path / 'mpc.log'
+    process = start_node('car_mpc', params={'checkpoint_dir': str(folder.folder),
+                                            'track_file': OVAL, 'iterations': 1,
+                                            'candidates': 32}, log_path=log)
+    try:
+        assert wait_for(lambda: 'MPC ready' in log.read_text(), 120.0), log.read_text()
+        assert f'model {good}' in log.read_text()
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()

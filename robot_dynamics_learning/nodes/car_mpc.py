@@ -143,11 +143,22 @@ class CarMPCNode(ManagedNode):
             self.mpc = self.supervisor = None
 
     def _initial_model(self, checkpoint: str):
-        if self.checkpoints is not None and self.checkpoints.paths():
-            path = self.checkpoints.paths()[-1]
-            return load_car_model(path), path
+        """
+        Return (model, path): the newest car model of checkpoint_dir that loads, else checkpoint.
+
+        A corrupt newest file (a learner killed while saving, a half copy) must not keep the
+        MPC from starting while older good ones, or the given checkpoint, are there.
+        """
+        errors = []
+        for path in reversed(self.checkpoints.paths() if self.checkpoints is not None else []):
+            try:
+                return load_car_model(path), path
+            except (ValueError, FileNotFoundError) as error:
+                errors.append(str(error))
+                self.get_logger().error(f'not loaded at start, trying an older one: {error}')
         if not checkpoint:
-            raise ValueError('give checkpoint or a checkpoint_dir that holds a car model')
+            raise ValueError('give checkpoint or a checkpoint_dir that holds a car model'
+                             + (f' (none of its files loads: {errors})' if errors else ''))
         return load_car_model(Path(checkpoint)), Path(checkpoint)
 
     def _reload(self) -> None:
