@@ -120,13 +120,17 @@ class Arrivals:
 
 
 def watch_diagnostics(node: Node, node_name: str) -> Dict[str, str]:
-    """Subscribe /diagnostics; return a dict kept at the latest key/values of `node_name`."""
+    """
+    Subscribe /diagnostics; return a dict kept at the latest key/values of `node_name`.
+
+    A status names its node as '/car_mpc' or 'dynamics_learner: ...': matched by substring.
+    """
     from diagnostic_msgs.msg import DiagnosticArray
     latest: Dict[str, str] = {}
 
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name.endswith(node_name):
+            if node_name in status.name:
                 latest.update({kv.key: kv.value for kv in status.values})
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
     return latest

@@ -11,7 +11,6 @@ import time
 from types import SimpleNamespace
 from typing import Iterator
 
-from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
 from rcl_interfaces.msg import Parameter as ParameterMsg
@@ -104,13 +103,7 @@ def _arm_node_probe(executable: str, tmp_path) -> Iterator[SimpleNamespace]:
     process = start_node(executable, params, log_path=log)
     try:
         with TestNode(f'probe_{executable}') as probe:
-            counters = {}
-
-            def on_diagnostics(msg: DiagnosticArray) -> None:
-                for status in msg.status:   # named 'dynamics_learner: ...' or '/arm_controller'
-                    if executable in status.name:
-                        counters.update({kv.key: kv.value for kv in status.values})
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
+            counters = watch_diagnostics(probe.node, executable)
             answers = Arrivals(probe.node, msg_type, topic)
             pub = probe.node.create_publisher(JointState, '/joint_states', 100)
             assert wait_for(lambda: pub.get_subscription_count() > 0 and counters, 60.0), \
@@ -162,13 +155,7 @@ def test_predictor_loads_a_checkpoint_once_its_copy_is_complete(tmp_path):
                                               'diagnostics_period_s': 0.3}, log_path=log)
     try:
         with TestNode('predictor_copy_probe') as probe:
-            counters = {}
-
-            def on_diagnostics(msg: DiagnosticArray) -> None:
-                for status in msg.status:
-                    if status.name.startswith('torque_predictor'):
-                        counters.update({kv.key: kv.value for kv in status.values})
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
+            counters = watch_diagnostics(probe.node, 'torque_predictor')
             assert wait_for(lambda: counters.get('loads') == '1', 60.0), log.read_text()
             newest = tmp_path / 'model_000001.pt'
             newest.write_bytes(whole[:len(whole) // 2])
@@ -222,13 +209,7 @@ def test_learner_keeps_learning_when_its_status_file_cannot_be_written(tmp_path)
         log_path=log)
     try:
         with TestNode('learner_status_probe') as probe:
-            counters = {}
-
-            def on_diagnostics(msg: DiagnosticArray) -> None:
-                for status in msg.status:
-                    if status.name.startswith('dynamics_learner'):
-                        counters.update({kv.key: kv.value for kv in status.values})
-            probe.node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10)
+            counters = watch_diagnostics(probe.node, 'dynamics_learner')
             assert wait_for(lambda: int(counters.get('status_write_errors', 0)) >= 3, 60.0), \
                 (counters, log.read_text())
             assert 'status not written' in log.read_text()
