@@ -381,3 +381,35 @@ def test_car_mpc_starts_on_an_older_checkpoint_when_the_newest_is_corrupt(tmp_pa
         assert process.poll() is None, log.read_text()
     finally:
         assert stop_node(process) == 0, log.read_text()
+
+
+def test_learner_leaves_another_robots_checkpoints_alone(tmp_path):
+    """It started fresh in a folder of another joint set's run, and pruning deleted that run."""
+    folder = CheckpointDirectory(tmp_path / 'models')
+    (tmp_path / 'models').mkdir()
+    other = [folder.save(build_model('lstm', {'hidden_size': 8}, 6, 2, 2), ['x', 'y'])
+             for _ in range(3)]
+    log = tmp_path / 'learner.log'
+    names = ['j1', 'j2', 'j3']
+    process = start_node('dynamics_learner', {
+        'joint_names': names, 'model_config.hidden_size': 8, 'keep_checkpoints': 1,
+        'warmup_samples': 100,
+        'checkpoint_dir': str(folder.folder), 'checkpoint_period_s': 0.5,
+        'diagnostics_period_s': 0.2}, log_path=log)
+    try:
+        with TestNode('learner_folder_probe') as probe:
+            counters = watch_diagnostics(probe.node, 'dynamics_learner')
+            pub = probe.node.create_publisher(JointState, '/joint_states', 100)
+            assert wait_for(lambda: pub.get_subscription_count() > 0 and counters, 60.0), \
+                log.read_text()
+            assert counters['checkpoint_dir_refused'] == '1'
+            stamp = time.time_ns()
+            for k in range(300):   # 3 s of learning, checkpoints due every 0.5 s
+                stamp += 10_000_000
+                q = np.sin(1e-2 * k + np.arange(3))
+                pub.publish(joint_state_msg(stamp, names, q, np.cos(q), 2.0 * q))
+                time.sleep(0.01)
+        assert process.poll() is None, log.read_text()
+    finally:
+        assert stop_node(process) == 0, log.read_text()   # a last checkpoint would go here
+    assert folder.paths() == other, log.read_text()

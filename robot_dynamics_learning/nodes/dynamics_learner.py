@@ -8,7 +8,8 @@ header stamp copied from the input) and `~/predicted_torques_std` for models wit
 then stores the sample for the trainer thread (learning/continual.py). Bad messages are
 skipped, counted by reason and logged; the node never stops on them. Diagnostics (counts,
 training loss, prequential nMSE, latency) go to `/diagnostics` and the log periodically.
-Checkpoints: atomic, the last N kept, resumed at start (learning/checkpoint.py).
+Checkpoints: atomic, the last N kept, resumed at start (learning/checkpoint.py); a
+checkpoint_dir that holds another joint set's or model's run is left alone (no checkpoints).
 A lifecycle node (nodes/lifecycle.py): configure builds the learner (at the first message
 when joint_names is unset), inactive it neither predicts nor learns, cleanup stops training
 with a last checkpoint and frees the model; autostart (default) activates it at start.
@@ -31,7 +32,8 @@ import numpy as np
 from rclpy.qos import HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 from robot_dynamics_learning.data.messages import Reason
 from robot_dynamics_learning.dynamics import load_urdf
-from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, save_to_directory
+from robot_dynamics_learning.learning.checkpoint import (CheckpointDirectory, CheckpointMismatch,
+                                                         save_to_directory)
 from robot_dynamics_learning.learning.continual import ContinualLearner, InverseDynamicsStream
 from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
                                                              model_config_class,
@@ -115,6 +117,7 @@ class DynamicsLearnerNode(ManagedNode):
         self._names = names
         self.inactive_dropped = 0
         self.status_write_errors = 0
+        self.checkpoint_dir_refused = 0   # 1: checkpoint_dir holds another run (no saving)
         self.float32 = Float32Guard()
         self.autostart()
 
@@ -142,17 +145,26 @@ class DynamicsLearnerNode(ManagedNode):
         if params.checkpoint_dir:
             self.checkpoints = CheckpointDirectory(params.checkpoint_dir,
                                                    params.keep_checkpoints)
-            if params.resume and self.checkpoints.paths():
+            loaded = None
+            if self.checkpoints.paths():
                 try:
                     loaded = self.checkpoints.load_latest(names, self.model_type)
-                    model, fitted = loaded.model, True
-                    start_step = int(loaded.metadata.get('steps', 0))
-                    variance_scale, why = saved_variance_scale(loaded.metadata, n)
-                    self.get_logger().info(f'resumed from {loaded.path} (step {start_step})'
-                                           + (f'; variance calibration restarts: {why}'
-                                              if variance_scale is None else ''))
+                except CheckpointMismatch as error:
+                    # Another robot's or model's run: saving here would prune its files.
+                    self.checkpoints, self.checkpoint_dir_refused = None, 1
+                    self.get_logger().error(
+                        f'checkpoint_dir {params.checkpoint_dir} holds another run '
+                        f'({error}): learning WITHOUT checkpoints, so that none of its files '
+                        'is pruned; give this robot and model a checkpoint_dir of their own')
                 except ValueError as error:
                     self.get_logger().error(f'cannot resume, starting fresh: {error}')
+            if loaded is not None and params.resume:
+                model, fitted = loaded.model, True
+                start_step = int(loaded.metadata.get('steps', 0))
+                variance_scale, why = saved_variance_scale(loaded.metadata, n)
+                self.get_logger().info(f'resumed from {loaded.path} (step {start_step})'
+                                       + (f'; variance calibration restarts: {why}'
+                                          if variance_scale is None else ''))
         if model is None:
             model = build_model(self.model_type, self.model_config, 3 * n, n, n)
         urdf_joints = model.joint_names
@@ -268,6 +280,7 @@ class DynamicsLearnerNode(ManagedNode):
         values.update(time_resets=self.time_resets, predict_only=self.predict_only,
                       inactive_dropped=self.inactive_dropped,
                       status_write_errors=self.status_write_errors,
+                      checkpoint_dir_refused=self.checkpoint_dir_refused,
                       samples_out_of_range=self.float32.skipped,
                       commands_rejected=self.command_parser.counter.total_rejected)
         if self.checkpoints is not None:
