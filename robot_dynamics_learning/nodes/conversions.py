@@ -12,6 +12,7 @@ from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
 from rclpy.node import Node
+from robot_dynamics_learning.data.loading import FLOAT32_MAX
 from robot_dynamics_learning.data.messages import (
     ArrayParser, CarCommand, CarCommandParser, CarCommandSettings, CommandMapping, FieldNeed,
     JointSample, JointStateParser, PoseParser, PoseSample, quaternion_from_yaw, Reason,
@@ -45,9 +46,6 @@ def parse_or_warn(node: Node, parser, msg, what: str):
     node.get_logger().warn(f'{what} rejected ({result.reason.value}: {result.detail})',
                            throttle_duration_sec=2.0)
     return None
-
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class Float32Guard:
