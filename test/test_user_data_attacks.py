@@ -343,10 +343,13 @@ def test_a_bag_export_trains_as_it_is_with_its_nanosecond_stamps(tmp_path, file_
     assert from_file.qdd is not None and 0.5 < np.abs(from_file.qdd).max() < 5.0
 
 
-def test_a_sample_index_as_time_warns_that_the_derivative_window_widens(caplog):
+def test_a_sample_index_as_time_is_refused_or_warned_about(caplog):
     index = np.arange(400.0)   # the Kinova CSVs' Time column: qdd would be per sample squared
-    with caplog.at_level(logging.WARNING):
-        trajectories_from_table({'time': index, 'q': np.sin(index / 50), 'tau': index})
+    table = {'Time': index, 'q': np.sin(index / 50), 'tau': index}
+    with pytest.raises(ValueError, match=r"'Time' counts samples .*--dt"):
+        trajectories_from_table(table)   # found by name: never taken as seconds
+    with caplog.at_level(logging.WARNING):   # named by the user: used, with a warning
+        trajectories_from_table(table, {'time': 'Time', 'q': 'q', 'tau': 'tau'})
     assert 'is time in seconds' in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
@@ -371,3 +374,62 @@ def test_a_bag_without_the_expected_joints_names_them(tmp_path):
         bag_io.read_trajectory(bag, joint_names=['c'])
     with pytest.raises(ValueError, match=r"last reasons: missing joints \['c'\]"):
         replay.read_joint_stream(bag, joint_names=['a', 'c'])
+
+
+def test_evaluate_reads_a_file_in_the_trainings_column_order(tmp_path, capsys):
+    # Columns matched by a pattern come in the file's order: a file whose joints are
+    # written in another order was scored with its joints swapped.
+    path = _csv(tmp_path / 'run.csv', rows=800, joints=3)
+    table = read_table(path)
+    order = ['tau_2', 'time', 'q_1', 'tau_0', 'q_2', 'q_0', 'tau_1']
+    shuffled = tmp_path / 'shuffled.csv'
+    np.savetxt(shuffled, np.column_stack([table[name] for name in order]), delimiter=',',
+               header=','.join(order), comments='')
+    assert _train(tmp_path, '--data', str(path)) == 0
+    scores = []
+    for data in (path, shuffled):
+        capsys.readouterr()
+        assert cli.main(['evaluate', '--checkpoint', str(tmp_path / 'run' / 'model.pt'),
+                         '--data', str(data)]) == 0
+        scores.append(json.loads(capsys.readouterr().out)['nmse_per_joint'])
+    assert scores[0] == scores[1]
+
+
+@pytest.mark.parametrize('name', ['Time', 'TIMESTAMP', 'time_s', 'Time (s)', 'Time [s]'])
+def test_a_time_column_is_found_in_any_case_and_common_spellings(name):
+    time = np.arange(300) * 0.004
+    table = {'T': np.full(300, 21.5), name: time, 'q': np.sin(time), 'tau': np.cos(time)}
+    pieces = trajectories_from_table(table)
+    np.testing.assert_allclose(pieces[0].time, time)   # not the temperature 'T'
+
+
+def test_a_table_without_a_time_column_names_both_remedies():
+    table = {'T': np.full(300, 21.5), 'q': np.zeros(300), 'tau': np.zeros(300)}
+    with pytest.raises(ValueError, match=r"no time column .*'T'.*--columns time=NAME.*--dt"):
+        trajectories_from_table(table)
+
+
+def test_a_foreign_or_pickled_checkpoint_is_refused_without_unsafe_advice(tmp_path, capsys):
+    path = _csv(tmp_path / 'run.csv')
+    pickled = tmp_path / 'pickled.pt'
+    torch.save(torch.nn.Linear(2, 2), pickled)   # a whole model: code on load
+    for checkpoint in (pickled, tmp_path / 'run.csv'):
+        assert cli.main(['evaluate', '--checkpoint', str(checkpoint), '--data', str(path)]) == 2
+        error = capsys.readouterr().err
+        assert 'not a' in error and 'checkpoint' in error and str(checkpoint) in error
+        assert 'weights_only` set to `False' not in error and 'will likely succeed' not in error
+
+
+def test_a_joint_still_in_the_test_data_is_named_and_the_others_averaged(tmp_path, capsys):
+    time = np.arange(1000) * 0.002
+    moving = np.sin(3 * time)
+    held = np.where(time < 1.6, np.sin(2 * time), np.sin(3.2) + 1e-4 * np.sin(40 * time))
+    table = {'time': time, 'q_0': moving, 'q_1': held, 'tau_0': 2 * moving, 'tau_1': held}
+    path = tmp_path / 'still_at_the_end.npz'
+    np.savez(path, **table)
+    assert _train(tmp_path, '--data', str(path)) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / 'run' / 'train_summary.json').read_text())['test']
+    assert report['quiet_targets'] == ['joint_2']
+    assert report['model']['mean_nmse_varying'] == report['model']['nmse'][0]
+    assert 'the torque of joint_2 hardly varies' in out and 'judge it by RMSE' in out

@@ -34,10 +34,13 @@ MIN_WINDOW_PERIODS = 2
 # Model tensors are float32: a larger value would turn into inf there, so it is skipped too.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 MIN_ROWS = 2
-# The columns of `rdl bag export` (data/cli.py) for a JointState topic, header stamps in ns.
-EXPORT_COLUMNS = {'time': ['stamp_ns'], 'q': ['position', 'position_*'],
+# The columns of `rdl bag export` (data/cli.py) for a JointState topic (time: 'stamp_ns').
+EXPORT_COLUMNS = {'q': ['position', 'position_*'],
                   'qd': ['velocity', 'velocity_*'], 'tau': ['effort', 'effort_*']}
 NANOSECONDS_SUFFIX = '_ns'
+# Time columns found without --columns, lower-cased, in order of preference.
+TIME_NAMES = ('time', 't', 'timestamp', 'stamp', 'time_*', 'timestamp_*', 'stamp_*',
+              'time (*', 'time [[]*')
 
 
 def parse_columns(items: Sequence[str]) -> Dict[str, List[str]]:
@@ -55,19 +58,38 @@ def parse_columns(items: Sequence[str]) -> Dict[str, List[str]]:
 
 def default_columns(names: Sequence[str]) -> Dict[str, List[str]]:
     """
-    Columns named like the fields: 'q' or 'q_*' (and 'time' or 't') where the table has them.
+    Columns named like the fields: 'q' or 'q_*' where the table has them; time by `TIME_NAMES`.
 
-    A field without such columns takes those `rdl bag export` writes ('stamp_ns', 'position'
-    or 'position_*', 'velocity...', 'effort...'): our own export must load as it is.
+    A field without such columns takes those `rdl bag export` writes ('position' or
+    'position_*', 'velocity...', 'effort...'; time 'stamp_ns'): our own export must load as
+    it is.
     """
     spec = {}
     for field in FIELDS:
-        own = [field, f'{field}_*'] + (['t'] if field == 'time' else [])
-        for patterns in (own, EXPORT_COLUMNS.get(field, [])):
+        if field == 'time':
+            time = _time_column(names)
+            if time is not None:
+                spec[field] = [glob.escape(time)]
+            continue
+        for patterns in ([field, f'{field}_*'], EXPORT_COLUMNS.get(field, [])):
             if any(fnmatch.fnmatchcase(name, p) for name in names for p in patterns):
                 spec[field] = patterns
                 break
     return spec
+
+
+def _time_column(names: Sequence[str]) -> Optional[str]:
+    """
+    Return the column that `TIME_NAMES` finds first (in any case: 'Time' is common), if any.
+
+    A one-letter name must be 't' itself: a lone 'T' is as often a temperature.
+    """
+    for pattern in TIME_NAMES:
+        found = [name for name in names
+                 if fnmatch.fnmatchcase(name.lower() if len(name) > 1 else name, pattern)]
+        if found:
+            return found[0]
+    return None
 
 
 def _select(table: Mapping[str, np.ndarray], patterns: Sequence[str], field: str,
@@ -185,10 +207,23 @@ def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec]
         time = arrays.pop('time')[:, 0]
         if names['time'][0].endswith(NANOSECONDS_SUFFIX):
             time = time * 1e-9
+        elif not (columns and 'time' in columns) and _counts_samples(time):
+            raise ValueError(f'{source}: the time column {names["time"][0]!r} counts samples '
+                             '(0, 1, 2, ...), not seconds; give the sample period with --dt, '
+                             'or name a time column in seconds with --columns time=NAME')
         return arrays, time, ~np.isfinite(time), names
     if dt is None:
-        raise ValueError(f'{source}: give a time column or a positive dt')
+        raise ValueError(f'{source}: no time column (none of the columns {list(table)[:20]} is '
+                         f'named like {list(TIME_NAMES)}, in any case); name it with '
+                         '--columns time=NAME (a name ending in _ns is in nanoseconds) or give '
+                         'the sample period with --dt')
     return arrays, np.arange(rows) * float(dt), np.zeros(rows, dtype=bool), names
+
+
+def _counts_samples(time: np.ndarray) -> bool:
+    """Return whether a time column is a sample index: every step exactly 1 (Kinova's 'Time')."""
+    steps = np.diff(time[np.isfinite(time)])
+    return steps.size > 0 and bool(np.all(steps == 1.0))
 
 
 def _skipped_rows(arrays: Mapping[str, np.ndarray], bad_time: np.ndarray,
@@ -390,16 +425,18 @@ def load_trajectories(path: Union[str, Path], columns: Optional[ColumnSpec] = No
 def load_files(paths: Sequence[Union[str, Path]], columns: Optional[ColumnSpec] = None,
                dt: Optional[float] = None,
                derivative_window_s: float = DEFAULT_DERIVATIVE_WINDOW_S,
-               derive: bool = True) -> List[Trajectory]:
+               derive: bool = True, order: Optional[Mapping[str, Sequence[str]]] = None
+               ) -> List[Trajectory]:
     """
     Load several recordings as their pieces, matching each field's columns by name.
 
     A pattern takes columns in each file's own order: a file holding the first file's
     columns in another order would swap its joints silently, so it is read in the first
-    file's order. Files with other columns keep their own (widths are the caller's check).
+    file's order, or in `order` ({field: column names}, e.g. a training's `file_columns`).
+    Files with other columns keep their own (widths are the caller's check).
     """
     trajectories: List[Trajectory] = []
-    first: Dict[str, List[str]] = {}
+    first = {field: [glob.escape(n) for n in v] for field, v in (order or {}).items()}
     for path in paths:
         table = read_table(path)
         names = _field_arrays(table, columns, dt, str(path))[3]
@@ -411,6 +448,12 @@ def load_files(paths: Sequence[Union[str, Path]], columns: Optional[ColumnSpec] 
                                                 derivative_window_s=derivative_window_s,
                                                 source=str(path), derive=derive)
     return trajectories
+
+
+def file_columns(path: Union[str, Path], columns: Optional[ColumnSpec] = None,
+                 dt: Optional[float] = None) -> Dict[str, List[str]]:
+    """Return the column names each field takes from `path` ({field: names, in order})."""
+    return _field_arrays(read_table(path), columns, dt, str(path))[3]
 
 
 def load_trajectory(path: Union[str, Path], columns: Optional[ColumnSpec] = None,

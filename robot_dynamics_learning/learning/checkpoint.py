@@ -43,6 +43,8 @@ LEGACY_CONVENTIONS = {
         'car_next_pose_velocity/1',
 }
 MAX_FEATURES = 100_000   # bound on n_obs, n_act, n_target before anything is allocated
+# torch's message when weights_only loading meets an object it will not unpickle.
+WEIGHTS_ONLY_REFUSAL = 'Weights only load failed'
 LOG = logging.getLogger(__name__)
 
 
@@ -145,10 +147,22 @@ def load_checkpoint(path: Path, joint_names: Optional[Sequence[str]] = None,
     except FileNotFoundError:
         raise
     except Exception as error:  # noqa: B902 - torch raises many types for foreign files
-        raise CorruptCheckpoint('unreadable', f'{path}: not a readable checkpoint '
-                                f'({type(error).__name__}: {_first_line(error)})') from error
+        raise CorruptCheckpoint('unreadable', f'{path}: {_unreadable_reason(error)}') from error
     return LoadedCheckpoint(*model_from_payload(payload, joint_names, model_type, config,
                                                 source=str(path)), path)
+
+
+def _unreadable_reason(error: BaseException) -> str:
+    """
+    Say why torch.load failed, without torch's advice to retry with weights_only=False.
+
+    That advice runs whatever code a foreign file carries; our checkpoints never need it.
+    """
+    if WEIGHTS_ONLY_REFUSAL in str(error):
+        return ('not a robot_dynamics_learning checkpoint: the safe loader (weights_only) '
+                'refused it (a damaged or foreign file, or a pickled Python object such as a '
+                'whole model, which is never unpickled: that could run code from the file)')
+    return f'not a PyTorch checkpoint file ({type(error).__name__}: {_first_line(error)})'
 
 
 def _first_line(error: BaseException) -> str:

@@ -17,8 +17,8 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.data import datasets
-from robot_dynamics_learning.data.loading import (derive_missing, load_files, parse_columns,
-                                                  trajectories_from_table)
+from robot_dynamics_learning.data.loading import (derive_missing, file_columns, load_files,
+                                                  parse_columns, trajectories_from_table)
 from robot_dynamics_learning.data.splits import parse_split, Split
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
@@ -152,7 +152,8 @@ def load_bag(data: str, data_config: Dict[str, Any],
 
 def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[str] = None,
               columns: Sequence[str] = (), dt: Optional[float] = None,
-              joint_names: Optional[Sequence[str]] = None
+              joint_names: Optional[Sequence[str]] = None,
+              column_order: Optional[Dict[str, List[str]]] = None
               ) -> Tuple[List[Trajectory], List[Trajectory]]:
     """
     Return (train, test) trajectories of a dataset name, a bag or CSV / npz files.
@@ -162,16 +163,18 @@ def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[
     which then re-splits all its recordings (qdd derived again on each side); a bag is split
     like files (default 'time:0.8': scoring its training rows, as before, hid overfitting)
     and read in the order of `joint_names` where given (a checkpoint's joints, by name).
+    Files are read in `column_order` where given (the training's `file_columns`, by name).
     """
     data = list(data)
-    if all(Path(item).suffix.lower() in FILE_SUFFIXES for item in data):
+    if _all_files(data):
         resolved = [Path(item).resolve() for item in data]
         twice = sorted({item for item, path in zip(data, resolved) if resolved.count(path) > 1})
         if twice:   # its rows could land on both sides of a blocks split
             raise ValueError(f'files given more than once: {twice}')
         spec = parse_columns(columns) if columns else None
         splitter = parse_split(split or 'time:0.8')
-        trajectories = load_files(data, spec, dt, _derivative_window(data_config), derive=False)
+        trajectories = load_files(data, spec, dt, _derivative_window(data_config), derive=False,
+                                  order=column_order)
         _check_same_widths(trajectories)
         return _split_then_derive(trajectories, splitter, data_config)
     if len(data) != 1:
@@ -270,6 +273,7 @@ def run_train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     metadata = {'data': [str(item) for item in args.data], 'problem': problem,
                 'split': args.split, 'columns': list(args.columns), 'dt': args.dt,
+                'column_names': _column_names(args),
                 'data_config': dict(data_config), 'epochs': result.epochs,
                 'seconds': result.seconds, 'best_val_loss': result.best_val_loss,
                 'training': dict(train_config.__dict__), **choice}
@@ -285,6 +289,31 @@ def run_train(args: argparse.Namespace) -> int:
     if report is not None:
         print(format_report(report))
     return 0
+
+
+def _column_names(args: argparse.Namespace) -> Optional[Dict[str, List[str]]]:
+    """
+    Return the columns each field took from the first training file (None: not files).
+
+    `rdl evaluate` reads files in this order by name: a file with the same columns in
+    another order must not be scored with its joints swapped.
+    """
+    if not _all_files(args.data):
+        return None
+    spec = parse_columns(args.columns) if args.columns else None
+    return file_columns(args.data[0], spec, args.dt)
+
+
+def _checked_column_names(names: Any) -> Optional[Dict[str, List[str]]]:
+    """Return a checkpoint's `_column_names` if well formed, else None (read by patterns)."""
+    if isinstance(names, dict) and all(
+            isinstance(v, list) and all(isinstance(n, str) for n in v) for v in names.values()):
+        return names
+    return None
+
+
+def _all_files(data: Sequence[str]) -> bool:
+    return all(Path(item).suffix.lower() in FILE_SUFFIXES for item in data)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -305,8 +334,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     columns = args.columns or trained.get('columns', ())
     dt = trained.get('dt') if args.dt is None else args.dt
     data_config = trained.get('data_config', {})   # the training's qdd filter
+    order = None if args.columns else _checked_column_names(trained.get('column_names'))
     train, test = load_data(args.data, data_config, spec, columns, dt,
-                            loaded.joint_names or None)
+                            loaded.joint_names or None, order)
     trajectories = test if side == 'test' else train
     if not trajectories:
         raise ValueError(f'the {side} side of {args.data} is empty (split {spec!r})')

@@ -14,7 +14,8 @@ from robot_dynamics_learning.data.windows import inverse_dynamics_arrays, whole_
 from robot_dynamics_learning.learning.metrics import (calibration, change_nmse_per_output,
                                                       coverage_warnings, inverse_input_names,
                                                       nmse_per_output, predict_with_variance,
-                                                      range_coverage, rmse_per_output)
+                                                      quiet_targets, range_coverage,
+                                                      rmse_per_output)
 from robot_dynamics_learning.models.base import DynamicsModel
 
 
@@ -76,18 +77,27 @@ def inverse_report(model: DynamicsModel, train: Sequence[Trajectory],
     """
     predicted = predict_inverse(model, test) if predicted is None else predicted
     baseline = dict(predicted, prediction=predicted['previous'], variance=None)
-    train_inputs = np.concatenate([inverse_dynamics_arrays(t)[0] for t in train])
+    train_arrays = [inverse_dynamics_arrays(t) for t in train]
+    train_inputs = np.concatenate([arrays[0] for arrays in train_arrays])
     coverage = range_coverage(train_inputs, predicted['inputs'])
-    names = inverse_input_names(test[0].joint_names or
-                                [f'joint_{i + 1}' for i in range(test[0].q.shape[1])])
+    joints = test[0].joint_names or [f'joint_{i + 1}' for i in range(test[0].q.shape[1])]
+    names = inverse_input_names(joints)
     increment = score_inverse(dict(predicted, prediction=predicted['increment'], variance=None),
                               scored)
-    return {'model': score_inverse(predicted, scored),
+    train_target = np.concatenate([arrays[2] for arrays in train_arrays])
+    quiet = quiet_targets(train_target, predicted['target'])
+    model_scores = score_inverse(predicted, scored)
+    varying = [i for i in (range(len(quiet)) if scored is None else scored) if not quiet[i]]
+    if quiet.any() and varying:
+        model_scores['mean_nmse_varying'] = float(np.mean(np.asarray(model_scores['nmse'])[
+            varying]))
+    return {'model': model_scores,
             'previous_value': score_inverse(baseline, scored),
             'increment': {k: increment[k] for k in ('mean_nmse', 'mean_change_nmse',
                                                     'change_nmse')},
             'outside_training_range': dict(zip(names, coverage['outside'].tolist())),
             'coverage_warnings': coverage_warnings(coverage, names),
+            'quiet_targets': [joint for joint, still in zip(joints, quiet) if still],
             'sees_previous_torque': bool(model.sees_previous_torque),
             'test_samples': int(predicted['target'].shape[0])}
 
@@ -105,6 +115,12 @@ def format_report(report: Dict[str, Any]) -> str:
         lines.append(f'calibration: {100 * cal["within_1_std"]:.1f} % within 1 std (68.3 '
                      f'calibrated), {100 * cal["within_2_std"]:.1f} % within 2 std (95.4), NLL '
                      f'{cal["nll"]:.3f}')
+    if report.get('quiet_targets'):   # reports written before 28 Nov lack the key
+        varying = model.get('mean_nmse_varying')
+        lines.append(f'WARNING: the torque of {", ".join(report["quiet_targets"])} hardly '
+                     'varies in the test data (nMSE there divides by a near-zero variance: '
+                     'judge it by RMSE)'
+                     + ('' if varying is None else f'; nMSE over the other joints {varying:.4f}'))
     if report['coverage_warnings']:
         lines.append('WARNING: test inputs leave the training ranges (learned models '
                      'extrapolate there):')

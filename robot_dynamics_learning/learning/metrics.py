@@ -17,6 +17,9 @@ from robot_dynamics_learning.data.windows import forward_dynamics_arrays, window
 from robot_dynamics_learning.models.base import DynamicsModel
 import torch
 
+# A test target varying less than this share of its training variance is 'quiet'.
+QUIET_VARIANCE_RATIO = 0.01
+
 
 def rmse_per_output(prediction: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Root mean squared error per output column; arrays (..., n) -> (n,)."""
@@ -30,6 +33,18 @@ def nmse_per_output(prediction: np.ndarray, target: np.ndarray) -> np.ndarray:
     var = np.var(target, axis=0)
     mse = np.mean((prediction - target) ** 2, axis=0)
     return np.where(var > 0, mse / np.where(var > 0, var, 1.0), np.nan)
+
+
+def quiet_targets(train_target: np.ndarray, test_target: np.ndarray) -> np.ndarray:
+    """
+    Flag, per output, a test variance within `QUIET_VARIANCE_RATIO` of the training variance.
+
+    Such an nMSE divides by nearly nothing (a joint holding still in the test data): a small
+    error reads as thousands, so reports name these outputs and average the others apart. A
+    constant test target (nMSE NaN) is quiet too.
+    """
+    train_var, test_var = np.var(train_target, axis=0), np.var(test_target, axis=0)
+    return test_var <= QUIET_VARIANCE_RATIO * train_var
 
 
 def change_nmse_per_output(prediction: np.ndarray, target: np.ndarray,
