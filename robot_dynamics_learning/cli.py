@@ -17,7 +17,7 @@ COMMANDS = {
     'bag': ('robot_dynamics_learning.data.cli',
             'inspect and export rosbag2 recordings (sqlite3 or MCAP, no ROS needed)'),
     'data': ('robot_dynamics_learning.data.cli', 'convert the shared datasets'),
-    'identify': ('robot_dynamics_learning.dynamics.cli',
+    'identify': ('robot_dynamics_learning.learning.identify_cli',
                  'identify rigid-body parameters from (q, qd, qdd, tau) data'),
     'train': ('robot_dynamics_learning.learning.cli', 'train a dynamics model offline'),
     'evaluate': ('robot_dynamics_learning.learning.cli', 'evaluate a checkpoint'),

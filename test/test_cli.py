@@ -32,8 +32,8 @@ def test_bag_export_output_feeds_identify(tmp_path):
     """`rdl bag export --format npz` gives identify the same samples as the bag itself."""
     from robot_dynamics_learning.cli import main
     from robot_dynamics_learning.data import bag_io
-    from robot_dynamics_learning.dynamics.cli import load_samples
     from robot_dynamics_learning.dynamics.model import load_urdf
+    from robot_dynamics_learning.learning.identify_cli import load_samples
     from robot_dynamics_learning.sim.arm import find_urdf
     import numpy as np
 
@@ -44,11 +44,11 @@ def test_bag_export_output_feeds_identify(tmp_path):
     assert main(['bag', 'export', str(bag), '--topic', '/joint_states', '--out',
                  str(exported)]) == 0
     model = load_urdf(find_urdf('kinova_gen3.urdf'))
-    from_npz = load_samples(exported, model)
-    from_bag = load_samples(bag, model)
-    for a, b in zip(from_npz, from_bag):
+    from_npz, npz_test = load_samples([str(exported)], model)
+    from_bag, bag_test = load_samples([str(bag)], model)
+    for a, b in zip(from_npz + npz_test, from_bag + bag_test):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(from_npz[3], trajectory.tau)
+    np.testing.assert_allclose(np.concatenate([from_npz[3], npz_test[3]]), trajectory.tau)
 
 
 def test_car_lap_drives_with_car_mpcs_settings_from_the_params_file(tmp_path, monkeypatch):

@@ -361,13 +361,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _data_arguments(parser: argparse.ArgumentParser) -> None:
+def data_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options that read and split a user's files (train and evaluate alike)."""
     parser.add_argument('--columns', nargs='*', default=(),
                         help="files: 'field=pattern[,pattern]' per field (time, q, qd, qdd, tau, "
                         'observations, actions), e.g. q=Position* tau=Torque[0-9]; default: '
                         'columns named like the fields (q or q_1, q_2, ...) or as `rdl bag '
-                        "export` names them; a time column named '*_ns' is in nanoseconds")
+                        'export` names them, time the first of time, t, timestamp, stamp, '
+                        "time_* in any case; a time column named '*_ns' is in nanoseconds")
     parser.add_argument('--dt', type=float, default=None,
                         help='files: sample period in seconds (in place of a time column)')
     parser.add_argument('--split', default=None,
@@ -385,7 +386,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument('--data', required=True, nargs='+',
                        help=f'dataset name {list(DATASETS)}, a rosbag2 folder or CSV / npz '
                        'files')
-    _data_arguments(train)
+    data_arguments(train)
     train.add_argument('--out', default='runs/latest', help='output folder (model.pt, JSON)')
     train.add_argument('--seed', type=int, default=None, help='override training.seed')
     train.set_defaults(func=run_train)
@@ -395,7 +396,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help=f'dataset name {list(DATASETS)}, a rosbag2 folder or CSV / npz '
                           'files (--columns, --dt and --split default to those of the training, '
                           'so that the test side is the one `rdl train` held out)')
-    _data_arguments(evaluate)
+    data_arguments(evaluate)
     evaluate.add_argument('--side', default='test', choices=('train', 'test'),
                           help='which side of the split to score')
     evaluate.add_argument('--warmup', type=int, default=20,
