@@ -3,10 +3,11 @@ rosbag2 read and write without a ROS install (the `rosbags` library).
 
 Reading: one topic -> `TopicArrays` (preallocated numpy arrays, header stamps and receive
 times), every message validated by the same parsers the nodes use (`data/messages.py`);
-invalid messages are skipped and counted by reason. Types come from the bag itself (Jazzy and
-later embed definitions); bags without definitions (Humble's `ros2 bag`) fall back to a named
-typestore. Writing: version-8 bags (readable by Humble and later), sqlite3 or MCAP, from
-`Trajectory` objects or `TopicArrays`, with the dataset topic conventions in docs/data.md.
+invalid messages are skipped and counted by reason; header stamps are ordered over the whole
+topic (`ordered_rows`). Types come from the bag itself (Jazzy and later embed definitions);
+bags without definitions (Humble's `ros2 bag`) fall back to a named typestore. Writing:
+version-8 bags (readable by Humble and later), sqlite3 or MCAP, from `Trajectory` objects or
+`TopicArrays`, with the dataset topic conventions in docs/data.md.
 """
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,8 +20,8 @@ import numpy as np
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.messages import (
     ArrayParser, CarCommandParser, CommandMapping, FieldNeed, FLOAT64_MULTI_ARRAY, JOINT_STATE,
-    JointStateParser, JOY, POSE_STAMPED, PoseParser, quaternion_from_yaw, Reason, Result,
-    SUPPORTED_TYPES, TWIST, TWIST_STAMPED)
+    JointStateParser, JOY, POSE_STAMPED, PoseParser, quaternion_from_yaw, Reason, RELOCK_AFTER,
+    Result, StampBounds, SUPPORTED_TYPES, TWIST, TWIST_STAMPED)
 from robot_dynamics_learning.data.trajectory import Trajectory
 from rosbags.highlevel import AnyReader, AnyReaderError
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
@@ -41,6 +42,10 @@ CAR_POSE_TOPIC = '/vrpn_mocap/rc_car/pose'
 CAR_COMMAND_TYPES = (JOY, TWIST, TWIST_STAMPED)
 CAR_COMMAND_TOPIC = '/cmd'
 DATASETS = ('kinova', 'pneumatic', 'schunk', 'rc_car')
+# A header stamp this far behind the stamps before it is a time reset (the nodes' time_reset_s).
+TIME_RESET_NS = 500_000_000
+# The bag parsers leave the order of stamps to `ordered_rows`, which sees the whole topic.
+UNORDERED = StampBounds(ordered=False)
 
 
 def named_typestore(name: str):
@@ -223,8 +228,38 @@ class _Collector:
     def store(self, value: object, receive_ns: int) -> None:
         raise NotImplementedError
 
-    def fields(self) -> Dict[str, np.ndarray]:
+    def finish(self, source: str, header_stamps: bool) -> Dict[str, np.ndarray]:
+        """Return the fields, once the checks that need the whole topic dropped their rows."""
+        if header_stamps:
+            self._order_stamps(source)
         return {name: array[:self.n] for name, array in self.arrays.items()}
+
+    def _order_stamps(self, source: str) -> None:
+        """Drop the messages whose header stamps break the order (`ordered_rows`), logged."""
+        keep = ordered_rows(self.stamp_ns[:self.n])
+        if keep.all():
+            return
+        repeated = _repeated(self.stamp_ns[:self.n] * 1e-9, keep)
+        resets = len(time_resets(self.stamp_ns[:self.n]))
+        note = (f'; {resets} time reset(s): the messages after one count only past the stamp '
+                'before it' if resets else '')
+        counter = self.parser.counter
+        for reason, dropped in ((Reason.STAMP_REPEATED, repeated),
+                                (Reason.STAMP_BACKWARDS, ~keep & ~repeated)):
+            if dropped.any():
+                counter.reject_accepted(reason, int(dropped.sum()), 'out of order among the '
+                                        f'stamps of the whole topic{note}')
+        LOG.warning('%s: %d messages dropped so that header stamps increase (the fewest: a '
+                    'lone stamp far ahead costs only itself)%s', source, int((~keep).sum()),
+                    note)
+        self._keep_rows(keep)
+
+    def _keep_rows(self, keep: np.ndarray) -> None:
+        """Keep the rows where keep (n,) is True, dropping the others from every array."""
+        self.stamp_ns = self.stamp_ns[:self.n][keep]
+        self.receive_ns = self.receive_ns[:self.n][keep]
+        self.arrays = {name: array[:self.n][keep] for name, array in self.arrays.items()}
+        self.n = self.capacity = int(keep.sum())
 
 
 class _JointCollector(_Collector):
@@ -241,7 +276,7 @@ class _JointCollector(_Collector):
                 self._row(name, (n_joints,))[self.n] = values
                 self.present[name] += 1
 
-    def fields(self) -> Dict[str, np.ndarray]:
+    def finish(self, source: str, header_stamps: bool) -> Dict[str, np.ndarray]:
         """
         Return the arrays, first dropping the messages without an optional array others carry.
 
@@ -256,11 +291,8 @@ class _JointCollector(_Collector):
             self.parser.counter.reject_accepted(
                 Reason.MISSING_FIELD, int((~keep).sum()),
                 f'{partial} empty while other messages carry them')
-            self.stamp_ns = self.stamp_ns[:self.n][keep]
-            self.receive_ns = self.receive_ns[:self.n][keep]
-            self.arrays = {name: array[:self.n][keep] for name, array in self.arrays.items()}
-            self.n = self.capacity = int(keep.sum())
-        return {name: array[:self.n] for name, array in self.arrays.items()}
+            self._keep_rows(keep)
+        return super().finish(source, header_stamps)
 
 
 class _PoseCollector(_Collector):
@@ -312,6 +344,9 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
     """
     Read one topic of a supported type into `TopicArrays`, skipping invalid messages.
 
+    Header stamps are ordered over the whole topic (`ordered_rows`): the fewest messages are
+    dropped so that they increase, counted as stamp_backwards or stamp_repeated and logged.
+
     joint_names (JointState): output order; None takes the first message's names. position,
     velocity, effort: `FieldNeed` per array; messages without an optional array that other
     messages carry are skipped (counted as missing_field). mapping: Twist/Joy ->
@@ -347,12 +382,12 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
                     Result(reason=Reason.MALFORMED, detail=f'cannot deserialize: {error}'))
                 continue
             collector.add(msg, receive_ns)
-    fields = collector.fields()   # first: it may drop messages
+    stamp_source = 'receive' if msgtype in (TWIST, FLOAT64_MULTI_ARRAY) else 'header'
+    fields = collector.finish(f'{path}:{topic}', stamp_source == 'header')   # may drop rows
     n = collector.n
     return TopicArrays(
         topic=topic, msgtype=msgtype, stamp_ns=collector.stamp_ns[:n].copy(),
-        receive_ns=collector.receive_ns[:n].copy(),
-        stamp_source='receive' if msgtype in (TWIST, FLOAT64_MULTI_ARRAY) else 'header',
+        receive_ns=collector.receive_ns[:n].copy(), stamp_source=stamp_source,
         fields={k: v.copy() for k, v in fields.items()},
         joint_names=list(getattr(collector.parser, 'joint_names', None) or []),
         frame_id=collector.frame_id, rejections=collector.parser.counter.as_dict())
@@ -362,13 +397,63 @@ def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity
                     mapping: CommandMapping, size: Optional[int],
                     safety_button: Optional[int] = None) -> _Collector:
     if msgtype == JOINT_STATE:
-        parser = JointStateParser(joint_names, position, velocity, effort)
+        parser = JointStateParser(joint_names, position, velocity, effort, bounds=UNORDERED)
         return _JointCollector(parser, capacity)
     if msgtype == POSE_STAMPED:
-        return _PoseCollector(PoseParser(), capacity)
+        return _PoseCollector(PoseParser(bounds=UNORDERED), capacity)
     if msgtype == FLOAT64_MULTI_ARRAY:
         return _ArrayCollector(ArrayParser(size), capacity)
-    return _CommandCollector(CarCommandParser(mapping), capacity, safety_button)
+    return _CommandCollector(CarCommandParser(mapping, bounds=UNORDERED), capacity,
+                             safety_button)
+
+
+def ordered_rows(stamp_ns: np.ndarray) -> np.ndarray:
+    """
+    Return a mask of the rows to keep so that stamps (as float seconds) strictly increase.
+
+    A running check keeps a lone stamp far ahead and drops every later one as backwards: here
+    the fewest rows are dropped (`datasets.increasing_rows`). Not across a time reset (a
+    looping bag, a restarted simulation: `time_resets`), where the fewest would splice two
+    runs: the rows after one count only past the last stamp kept before it, as in a running
+    check.
+    """
+    seconds = np.asarray(stamp_ns) * 1e-9
+    if np.all(np.diff(seconds) > 0):
+        return np.ones(seconds.size, dtype=bool)
+    keep = np.zeros(seconds.size, dtype=bool)
+    bounds = [0] + time_resets(stamp_ns) + [seconds.size]
+    last = -np.inf
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        rows = start + np.flatnonzero(seconds[start:stop] > last)
+        kept = rows[datasets.increasing_rows(seconds[rows])]
+        keep[kept] = True
+        if kept.size:
+            last = seconds[kept[-1]]
+    return keep
+
+
+def time_resets(stamp_ns: np.ndarray) -> List[int]:
+    """
+    Return the rows where time starts again (a looping bag, a restarted simulation).
+
+    Such a row lies TIME_RESET_NS or more behind the median of the RELOCK_AFTER rows before
+    it, all since the previous reset: a few stamps far ahead do not move that median, so the
+    return from them is no reset, nor is the return from the first rows stamped far ahead.
+    """
+    stamp_ns = np.asarray(stamp_ns, dtype=np.int64)
+    resets: List[int] = []
+    for row in (np.flatnonzero(np.diff(stamp_ns) <= -TIME_RESET_NS) + 1).tolist():
+        if row - (resets[-1] if resets else 0) < RELOCK_AFTER:
+            continue
+        if stamp_ns[row] <= np.median(stamp_ns[row - RELOCK_AFTER:row]) - TIME_RESET_NS:
+            resets.append(row)
+    return resets
+
+
+def _repeated(seconds: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Return the dropped rows stamped as the last kept row before them (stamp_repeated)."""
+    last_kept = np.maximum.accumulate(np.where(keep, np.arange(keep.size), 0))
+    return ~keep & (seconds == seconds[last_kept]) & keep[last_kept]
 
 
 def hold_last(source_ns: np.ndarray, values: np.ndarray, target_ns: np.ndarray

@@ -209,8 +209,14 @@ def increasing_rows(time: np.ndarray) -> np.ndarray:
     Return a mask of the fewest rows to drop so that `time` strictly increases.
 
     The longest increasing subsequence: dropping every row behind the running maximum let one
-    row stamped far ahead hide the rest of a recording.
+    row stamped far ahead hide the rest of a recording. Of equally long ones it keeps the
+    earliest rows, as a running check would (of 10, 5, 80: 10 and 80).
     """
+    return _latest_increasing_rows(-np.asarray(time)[::-1])[::-1]
+
+
+def _latest_increasing_rows(time: np.ndarray) -> np.ndarray:
+    """Return the longest increasing subsequence, of equally long ones the latest rows."""
     tails: List[int] = []    # tails[k]: the row ending the best increasing run of k + 1 rows
     tail_times: List[float] = []
     before = np.full(len(time), -1)

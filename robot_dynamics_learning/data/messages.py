@@ -143,6 +143,9 @@ class StampBounds:
     would otherwise hide every later message as backwards) or time restarted by less than
     reset_after_ns. None (default): never; set it only where `time_reset` restarts the
     consumer's state, since the stamps it passes on then go back in time.
+    ordered: False lets stamps come in any order (zero and negative ones are still refused),
+    for a reader that holds the whole recording and orders it afterwards (`bag_io`): a running
+    check keeps a lone stamp far ahead and refuses every later one as backwards.
     """
 
     clock: Optional[Callable[[], int]] = None
@@ -150,6 +153,7 @@ class StampBounds:
     max_age_ns: Optional[int] = None
     reset_after_ns: Optional[int] = None
     relock_after: Optional[int] = None
+    ordered: bool = True
 
 
 class StampCheck:
@@ -157,6 +161,7 @@ class StampCheck:
     Stateful check that header stamps are positive, within `StampBounds`, and move forward.
 
     Only accepted stamps advance the state, so one bad message does not poison the next.
+    `StampBounds.ordered` False leaves the order to the caller.
     Call `reset()` when time legitimately jumps back (bag loop, simulation reset); a jump of
     `StampBounds.reset_after_ns`, or `relock_after` backwards stamps in a row, count as one.
     """
@@ -183,7 +188,7 @@ class StampCheck:
             if b.max_age_ns is not None and -ahead > b.max_age_ns:
                 return _reject(Reason.OLD_STAMP, f'stamp {-ahead * 1e-9:.3f} s behind the '
                                f'clock (at most {b.max_age_ns * 1e-9:g} s)')
-        if self.last_ns is not None and not self.is_reset(stamp_ns):
+        if b.ordered and self.last_ns is not None and not self.is_reset(stamp_ns):
             if stamp_ns < self.last_ns:
                 if self._backwards and stamp_ns <= self._backwards[-1]:
                     self._backwards.clear()   # not a run moving forward: no relock
@@ -515,8 +520,9 @@ class CarCommandParser(_Parser):
     """Twist, TwistStamped or Joy (told apart by their attributes) -> `CarCommand`."""
 
     def __init__(self, mapping: CommandMapping = CommandMapping(), check_stamps: bool = True,
-                 allow_repeated_stamps: bool = False) -> None:
-        super().__init__(check_stamps, allow_repeated_stamps)
+                 allow_repeated_stamps: bool = False, bounds: StampBounds = StampBounds()
+                 ) -> None:
+        super().__init__(check_stamps, allow_repeated_stamps, bounds)
         self.mapping = mapping
 
     def _parse(self, msg: object) -> Result:
