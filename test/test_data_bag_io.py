@@ -210,3 +210,13 @@ def test_dataset_selection_errors():
     with pytest.raises(ValueError, match='unknown dataset'):
         bag_io.load_dataset('panda')
     assert len(datasets.rc_car_files()) > 2
+
+
+def test_a_folder_that_is_not_a_bag_says_why_and_what_to_do(tmp_path):
+    inner = tmp_path / 'session' / 'run_1'
+    bag_io.write_joint_trajectories(inner, [_trajectory()], 'mcap')
+    with pytest.raises(ValueError, match=r"not a rosbag2 folder .*\['run_1'\]: give one"):
+        bag_io.read_topic(tmp_path / 'session', '/joint_states')
+    (inner / 'metadata.yaml').unlink()   # a recorder killed before it finished
+    with pytest.raises(ValueError, match=r'no metadata.yaml beside .*ros2 bag reindex'):
+        bag_io.read_topic(inner, '/joint_states')

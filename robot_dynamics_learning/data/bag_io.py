@@ -61,6 +61,8 @@ def open_bag(path: PathLike, typestore: str = 'jazzy') -> Iterator[AnyReader]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f'no bag at {path}')
+    if path.is_dir() and not (path / 'metadata.yaml').is_file():
+        raise ValueError(f'{path}: {_not_a_bag(path)}')
     try:   # a file, not a bag folder, fails already in the constructor
         reader = AnyReader([path], default_typestore=named_typestore(typestore))
         reader.open()
@@ -70,6 +72,17 @@ def open_bag(path: PathLike, typestore: str = 'jazzy') -> Iterator[AnyReader]:
         yield reader
     finally:
         reader.close()
+
+
+def _not_a_bag(folder: Path) -> str:
+    """Say why a folder without metadata.yaml is no readable bag, and what to do."""
+    storage = sorted(p.name for p in folder.iterdir() if p.suffix in ('.mcap', '.db3'))
+    if storage:
+        return (f'no metadata.yaml beside {storage[:3]}: a recording stopped before it '
+                f'finished? `ros2 bag reindex {folder}` rebuilds it')
+    inner = sorted(p.parent.name for p in folder.glob('*/metadata.yaml'))
+    return ('not a rosbag2 folder (no metadata.yaml)'
+            + (f'; the bags in it are {inner[:5]}: give one of them' if inner else ''))
 
 
 def storage_of(path: PathLike) -> str:

@@ -74,9 +74,8 @@ class BagPlayer(Node):
                 available = {c.topic: c.msgtype for c in reader.connections}
                 self.duration_s = reader.duration * 1e-9
         except (ValueError, FileNotFoundError) as error:   # spin_node: one line, exit 2
-            hint = (' (a rosbag2 folder needs its metadata.yaml; `ros2 bag reindex` rebuilds '
-                    'it)' if 'metadata' in str(error) else '')
-            raise ValueError(f'{self.bag}: {error}{hint}') from None
+            text = str(error)   # open_bag's errors name the bag and what to do
+            raise ValueError(text if str(self.bag) in text else f'{self.bag}: {text}') from None
         missing = [t for t in wanted if t not in available]
         if missing:
             raise ValueError(f'topics {missing} are not in {self.bag}: {sorted(available)}')
