@@ -1,4 +1,5 @@
 """rosbag2 I/O: exact round trips, both storages, typestores, validation while reading."""
+import logging
 import sqlite3
 
 import numpy as np
@@ -220,3 +221,23 @@ def test_a_folder_that_is_not_a_bag_says_why_and_what_to_do(tmp_path):
     (inner / 'metadata.yaml').unlink()   # a recorder killed before it finished
     with pytest.raises(ValueError, match=r'no metadata.yaml beside .*ros2 bag reindex'):
         bag_io.read_topic(inner, '/joint_states')
+
+
+def test_a_topic_shared_by_an_arm_and_a_gripper_reads_the_commonest_joint_set(tmp_path, caplog):
+    bag = tmp_path / 'shared'
+    with bag_io.BagWriter(bag, 'mcap') as writer:
+        for k in range(300):   # the gripper's message comes first, then they alternate
+            stamp = 1_000_000_000 + k * 2_000_000
+            gripper = k % 2 == 0
+            names, values = (['finger'], np.array([0.01])) if gripper else (
+                ['c', 'a', 'b'], np.sin(np.array([1.0, 2.0, 3.0]) * k / 100))
+            writer.write('/joint_states', 'sensor_msgs/msg/JointState', stamp,
+                         writer.joint_state(stamp + gripper, names, values, 0 * values,
+                                            2 * values))
+    with caplog.at_level(logging.WARNING):
+        arrays = bag_io.read_topic(bag, '/joint_states')
+    assert arrays.joint_names == ['c', 'a', 'b'] and len(arrays) == 150   # the message order
+    assert arrays.rejections == {'accepted': 150, 'missing_joint': 150}
+    assert "reading the commonest, ['c', 'a', 'b']" in caplog.text and 'finger' in caplog.text
+    assert bag_io.read_topic(bag, '/joint_states', joint_names=['finger']).joint_names == [
+        'finger']   # named joints are read as named

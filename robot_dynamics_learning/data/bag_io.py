@@ -9,6 +9,7 @@ bags without definitions (Humble's `ros2 bag`) fall back to a named typestore. W
 version-8 bags (readable by Humble and later), sqlite3 or MCAP, from `Trajectory` objects or
 `TopicArrays`, with the dataset topic conventions in docs/data.md.
 """
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import heapq
@@ -276,9 +277,30 @@ class _Collector:
 
 
 class _JointCollector(_Collector):
+    # Distinct other joint sets counted (a message with random names must not grow memory).
+    MAX_OTHER_SETS = 64
+
     def __init__(self, parser: JointStateParser, capacity: int) -> None:
         super().__init__(parser, capacity)
         self.present = dict.fromkeys(JointStateParser.FIELDS, 0)
+        self.other_sets: Counter = Counter()   # joint name set -> its rejected messages
+        self.set_order: Dict[Tuple[str, ...], List[str]] = {}   # a set's first message order
+
+    def add(self, msg: object, receive_ns: int) -> None:
+        """Add a message; count it under its joint set when that set is not the one read."""
+        accepted = self.n
+        super().add(msg, receive_ns)
+        if self.n > accepted or self.parser.joint_names is None:
+            return
+        try:
+            order = [str(n) for n in msg.name]
+        except (AttributeError, TypeError):
+            return
+        names = tuple(sorted(order))
+        known = len(self.other_sets) < self.MAX_OTHER_SETS or names in self.other_sets
+        if names and names != tuple(sorted(self.parser.joint_names)) and known:
+            self.other_sets[names] += 1
+            self.set_order.setdefault(names, order)
 
     def store(self, sample, receive_ns: int) -> None:
         self.stamp_ns[self.n] = sample.stamp_ns
@@ -395,6 +417,15 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
                     Result(reason=Reason.MALFORMED, detail=f'cannot deserialize: {error}'))
                 continue
             collector.add(msg, receive_ns)
+    commonest = _commonest_joint_set(collector) if joint_names is None else None
+    if commonest is not None:
+        LOG.warning('%s:%s carries several joint sets; reading the commonest, %s (%d '
+                    "messages), not the first message's %s (%d): name the joints to choose",
+                    path, topic, commonest, collector.other_sets[tuple(sorted(commonest))],
+                    collector.parser.joint_names, collector.n)
+        return read_topic(path, topic, joint_names=commonest, position=position,
+                          velocity=velocity, effort=effort, typestore=typestore,
+                          progress=progress)
     stamp_source = 'receive' if msgtype in (TWIST, FLOAT64_MULTI_ARRAY) else 'header'
     fields = collector.finish(f'{path}:{topic}', stamp_source == 'header')   # may drop rows
     n = collector.n
@@ -404,6 +435,22 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
         fields={k: v.copy() for k, v in fields.items()},
         joint_names=list(getattr(collector.parser, 'joint_names', None) or []),
         frame_id=collector.frame_id, rejections=collector.parser.counter.as_dict())
+
+
+def _commonest_joint_set(collector: _Collector) -> Optional[List[str]]:
+    """
+    Return another joint set that more JointState messages carry than the adopted one, if any.
+
+    Two publishers on one topic (an arm's broadcaster and a gripper's) are common: the first
+    message must not decide, or a 1-joint gripper hides the arm. Ties go to the larger set.
+    """
+    if not isinstance(collector, _JointCollector) or not collector.other_sets:
+        return None
+    names, count = max(collector.other_sets.items(), key=lambda item: (item[1], len(item[0])))
+    adopted = collector.parser.joint_names or []
+    if (count, len(names)) <= (collector.n, len(adopted)):
+        return None
+    return collector.set_order[names]
 
 
 def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity, effort,
