@@ -1,4 +1,5 @@
 """Contract tests run over every learned model of the registry (shapes, gradients, streaming)."""
+import dataclasses
 import math
 
 import numpy as np
@@ -6,7 +7,8 @@ import pytest
 from robot_dynamics_learning.core_types import SequenceBatch
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
 from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
-from robot_dynamics_learning.models.registry import build_model, MODEL_TYPES
+from robot_dynamics_learning.learning.training import TrainConfig
+from robot_dynamics_learning.models.registry import build_model, model_builder, MODEL_TYPES
 import torch
 
 D = 2  # joints of the synthetic inverse problem
@@ -200,3 +202,28 @@ def test_unknown_type_and_config_key_are_clear_errors():
         build_model('lstm', {'num_layers': 3}, 6, 2, 2)
     with pytest.raises(ValueError, match='n_obs = 3 d'):
         build_model('ac_rkn_inverse', {}, 5, 2, 2)
+
+
+@pytest.mark.parametrize('config_class, key, value, words', [
+    (TrainConfig, 'batch_size', 1.5, 'must be an int'),   # a TypeError deep in a DataLoader
+    (TrainConfig, 'max_epochs', True, 'must be an int'),
+    (TrainConfig, 'progress', 'no', 'must be true or false'),   # 'no' is truthy
+    (TrainConfig, 'learning_rate', '3e-3', 'must be a number'),   # YAML 1.1 reads a string
+    (TrainConfig, 'max_seconds', 'soon', 'must be a number or null'),
+])
+def test_config_values_of_the_wrong_type_are_refused_by_name(config_class, key, value, words):
+    with pytest.raises(ValueError, match=rf'{config_class.__name__}\.{key} {words}'):
+        config_class.from_dict({key: value})
+
+
+def test_every_model_config_checks_its_field_types():
+    checked = 0
+    for model_type in MODEL_TYPES:
+        config_class = model_builder(model_type).config_class
+        for field in dataclasses.fields(config_class):
+            if isinstance(field.default, bool) or not isinstance(field.default, (int, float)):
+                continue
+            with pytest.raises(ValueError, match=rf'{config_class.__name__}\.{field.name} '):
+                config_class.from_dict({field.name: 'text'})
+            checked += 1
+    assert checked > 30

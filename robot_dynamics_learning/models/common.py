@@ -6,8 +6,11 @@ weights (DESIGN.md): a checkpoint never needs a side file of statistics.
 """
 import dataclasses
 import math
+import numbers
+import typing
 from typing import Any, Dict, Optional, Sequence, Type, TypeVar
 
+import numpy as np
 from robot_dynamics_learning.models.base import (check_finite, DynamicsModel, SequenceBatch,
                                                  StepOutput)
 from robot_dynamics_learning.models.coverage import coverage_scale
@@ -28,6 +31,43 @@ def _all_finite(value: Any) -> bool:
     return True
 
 
+def _has_type(value: Any, kind: Any) -> bool:
+    """
+    Return whether a config value fits its field's type (YAML's 1.5 for an int field did not).
+
+    int takes integers (numpy's too), float any real number, neither a bool; a tuple field
+    takes a list or tuple of its items; other types are left to the config's own checks.
+    """
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is typing.Union:
+        return any(_has_type(value, option) for option in args)
+    if origin is tuple:
+        item = args[0] if args else Any
+        return isinstance(value, (list, tuple)) and all(_has_type(v, item) for v in value)
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, (bool, np.bool_))
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if kind is str:
+        return isinstance(value, str)
+    return True
+
+
+def _type_name(kind: Any) -> str:
+    """Name a field type for an error message ('an int', 'a list of int', ...)."""
+    if typing.get_origin(kind) is typing.Union:
+        return ' or '.join(_type_name(option) for option in typing.get_args(kind))
+    if typing.get_origin(kind) is tuple:
+        item = typing.get_args(kind)[0]
+        return 'a list of ' + {int: 'ints', float: 'numbers', str: 'strings'}.get(item, str(item))
+    return {int: 'an int', float: 'a number', bool: 'true or false', str: 'a string',
+            type(None): 'null'}.get(kind, str(kind))
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Base of the typed configs (models, training): from a dict, unknown keys are an error."""
@@ -40,9 +80,13 @@ class ModelConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f'{cls.__name__}: unknown key(s) {unknown}; known: {sorted(known)}')
+        hints = typing.get_type_hints(cls)
         for key, value in values.items():   # configs come from YAML, JSON and checkpoints
             if not _all_finite(value):
                 raise ValueError(f'{cls.__name__}.{key} must be finite, got {value!r}')
+            if not _has_type(value, hints[key]):
+                raise ValueError(f'{cls.__name__}.{key} must be {_type_name(hints[key])}, got '
+                                 f'{value!r}')
         return cls(**values)
 
     def to_dict(self) -> Dict[str, Any]:
