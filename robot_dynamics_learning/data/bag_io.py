@@ -68,7 +68,9 @@ def open_bag(path: PathLike, typestore: str = 'jazzy') -> Iterator[AnyReader]:
         reader = AnyReader([path], default_typestore=named_typestore(typestore))
         reader.open()
     except AnyReaderError as error:
-        raise ValueError(f'{path}: cannot read bag: {error}') from None
+        hint = (f'; a recording cut short? `rdl bag recover {path} --out FIXED` keeps its '
+                'intact messages' if 'magic' in str(error).lower() else '')
+        raise ValueError(f"{path}: cannot read bag: {str(error).rstrip('.')}{hint}") from None
     try:
         yield reader
     finally:
@@ -80,7 +82,8 @@ def _not_a_bag(folder: Path) -> str:
     storage = sorted(p.name for p in folder.iterdir() if p.suffix in ('.mcap', '.db3'))
     if storage:
         return (f'no metadata.yaml beside {storage[:3]}: a recording stopped before it '
-                f'finished? `ros2 bag reindex {folder}` rebuilds it')
+                f'finished? `rdl bag recover {folder} --out FIXED` writes its intact messages '
+                f'into a new bag (or `ros2 bag reindex {folder}`)')
     inner = sorted(p.parent.name for p in folder.glob('*/metadata.yaml'))
     return ('not a rosbag2 folder (no metadata.yaml)'
             + (f'; the bags in it are {inner[:5]}: give one of them' if inner else ''))
