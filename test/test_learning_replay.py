@@ -174,3 +174,37 @@ def test_time_resets_and_rejections_are_events(kinova, tmp_path):
     assert [r[1] for r in events['rejections']] == ['non_finite']
     assert events['rejections'][0][0] == pytest.approx(100e-3)
     assert events['gaps_s'] == []
+
+
+def test_a_reversed_command_array_is_read_by_command_joint_names(schunk):
+    bag, runs = schunk   # torques on the command topic, in the learned joints' order
+    joints = list(replay.read_joint_stream(bag).joint_names)
+    with pytest.raises(ValueError, match=r"lack the learned joints \['" + joints[0]):
+        replay.read_joint_stream(bag, command_joint_names=joints[1:] + ['other'])
+    swapped = joints[::-1]   # a controller listing the joints the other way round
+    stream = replay.read_joint_stream(bag, command_joint_names=swapped)
+    np.testing.assert_allclose(stream.tau, np.concatenate([r.tau for r in runs])[:, ::-1])
+
+
+def test_replay_adopts_the_arm_when_a_gripper_shares_the_topic_and_publishes_first(tmp_path):
+    bag = tmp_path / 'shared'
+    with bag_io.BagWriter(bag, 'mcap') as writer:
+        for k in range(1200):
+            stamp = 1_000_000_000 + k * 1_000_000
+            gripper = k % 3 == 0
+            names, values = (['finger'], np.array([0.01])) if gripper else (
+                ['a', 'b'], np.sin(np.array([1.0, 2.0]) * k / 100))
+            writer.write('/joint_states', 'sensor_msgs/msg/JointState', stamp,
+                         writer.joint_state(stamp + gripper, names, values, 0 * values,
+                                            2 * values))
+    stream = replay.read_joint_stream(bag)
+    assert stream.joint_names == ['a', 'b'] and len(stream) == 800
+
+
+def test_a_baseline_without_error_gives_a_verdict_not_a_division_by_zero():
+    metrics = {'verdict': {'split': 'held_out', 'best_model': 'ffnn',
+                           'best_baseline': 'previous_torque', 'model_nmse': 3.0,
+                           'baseline_nmse': 0.0, 'baseline_over_model': 0.0},
+               'models': {'ffnn': {}}, 'duration_s': 4.0, 'joint_names': ['a']}
+    text = report.verdict_line(metrics)
+    assert 'cannot be compared with the best baseline, previous_torque' in text

@@ -20,9 +20,10 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.messages import (
-    ArrayParser, CarCommandParser, CommandMapping, FieldNeed, FLOAT64_MULTI_ARRAY, JOINT_STATE,
-    JointStateParser, JOY, POSE_STAMPED, PoseParser, quaternion_from_yaw, Reason, RELOCK_AFTER,
-    Result, StampBounds, SUPPORTED_TYPES, TWIST, TWIST_STAMPED)
+    ArrayParser, CarCommandParser, choose_joint_set, CommandMapping, FieldNeed,
+    FLOAT64_MULTI_ARRAY, JOINT_STATE, JointStateParser, JOY, POSE_STAMPED, PoseParser,
+    quaternion_from_yaw, Reason, RELOCK_AFTER, Result, StampBounds, SUPPORTED_TYPES, TWIST,
+    TWIST_STAMPED)
 from robot_dynamics_learning.data.trajectory import Trajectory
 from rosbags.highlevel import AnyReader, AnyReaderError
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
@@ -420,13 +421,13 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
                     Result(reason=Reason.MALFORMED, detail=f'cannot deserialize: {error}'))
                 continue
             collector.add(msg, receive_ns)
-    commonest = _commonest_joint_set(collector) if joint_names is None else None
-    if commonest is not None:
-        LOG.warning('%s:%s carries several joint sets; reading the commonest, %s (%d '
-                    "messages), not the first message's %s (%d): name the joints to choose",
-                    path, topic, commonest, collector.other_sets[tuple(sorted(commonest))],
+    chosen = _chosen_joint_set(collector) if joint_names is None else None
+    if chosen is not None:
+        LOG.warning('%s:%s carries several joint sets; reading %s (%d messages), the one with '
+                    "the most joints, not the first message's %s (%d): name the joints to "
+                    'choose', path, topic, chosen, collector.other_sets[tuple(sorted(chosen))],
                     collector.parser.joint_names, collector.n)
-        return read_topic(path, topic, joint_names=commonest, position=position,
+        return read_topic(path, topic, joint_names=chosen, position=position,
                           velocity=velocity, effort=effort, typestore=typestore,
                           progress=progress)
     stamp_source = 'receive' if msgtype in (TWIST, FLOAT64_MULTI_ARRAY) else 'header'
@@ -440,20 +441,19 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
         frame_id=collector.frame_id, rejections=collector.parser.counter.as_dict())
 
 
-def _commonest_joint_set(collector: _Collector) -> Optional[List[str]]:
+def _chosen_joint_set(collector: _Collector) -> Optional[List[str]]:
     """
-    Return another joint set that more JointState messages carry than the adopted one, if any.
+    Return the joint set `choose_joint_set` picks when it is not the first message's, if any.
 
     Two publishers on one topic (an arm's broadcaster and a gripper's) are common: the first
-    message must not decide, or a 1-joint gripper hides the arm. Ties go to the larger set.
+    message must not decide, or a 1-joint gripper hides the arm (the nodes choose alike).
     """
     if not isinstance(collector, _JointCollector) or not collector.other_sets:
         return None
-    names, count = max(collector.other_sets.items(), key=lambda item: (item[1], len(item[0])))
-    adopted = collector.parser.joint_names or []
-    if (count, len(names)) <= (collector.n, len(adopted)):
-        return None
-    return collector.set_order[names]
+    adopted = tuple(collector.parser.joint_names or ())
+    counts = {tuple(collector.set_order[key]): n for key, n in collector.other_sets.items()}
+    chosen = choose_joint_set({adopted: collector.n, **counts})
+    return None if chosen == adopted else list(chosen)
 
 
 def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity, effort,

@@ -12,8 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 import enum
 import math
-from typing import (Callable, ClassVar, Dict, Generic, List, Optional, Sequence, Tuple,
-                    TypeVar)
+from typing import (Callable, ClassVar, Dict, Generic, List, Mapping, Optional, Sequence,
+                    Tuple, TypeVar)
 
 import numpy as np
 from robot_dynamics_learning.params import build_from, check_ranges, setting
@@ -377,6 +377,25 @@ class JointStateParser(_Parser):
         reset = self._accept_stamp(stamp_ns)
         return Result(JointSample(stamp_ns, values['position'], values['velocity'],
                                   values['effort'], reset))
+
+
+# A joint set must come in this share of a topic's messages (and twice) to be chosen.
+JOINT_SET_MIN_SHARE = 0.01
+
+
+def choose_joint_set(counts: Mapping[Tuple[str, ...], int]) -> Tuple[str, ...]:
+    """
+    Return the joint set to read from a topic that carries several: the one with most joints.
+
+    Two publishers may share /joint_states (an arm's and a gripper's joint_state_broadcaster):
+    the first message must not decide. counts: each set (names in its first message's order)
+    -> its messages. Only sets seen twice and in `JOINT_SET_MIN_SHARE` of the messages count,
+    so one garbled message of many names cannot win; ties go to the most messages.
+    """
+    total = sum(counts.values())
+    eligible = {names: n for names, n in counts.items()
+                if n >= max(2, JOINT_SET_MIN_SHARE * total)} or counts
+    return max(eligible, key=lambda names: (len(names), eligible[names]))
 
 
 def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:

@@ -21,7 +21,8 @@ class CarModelLearnerConfig(CarCommandSettings, CarAdaptationConfig):
     model: str = setting('car_mlp', "model type when no checkpoint is given: 'car_mlp' or "
                          "'car_bicycle'")
     checkpoint: str = setting('', 'initial model checkpoint to fine-tune (empty: new model)')
-    checkpoint_dir: str = setting('/tmp/car_model', 'where checkpoints are written')
+    checkpoint_dir: str = setting('/tmp/car_model', 'folder the checkpoints are written to '
+                                  '(car_mpc follows it); empty: no checkpoints')
     seed: int = setting(0, 'random seed of batch sampling')
 
     def __post_init__(self) -> None:

@@ -6,9 +6,10 @@ from `DynamicsLearnerConfig` and `rdl replay` / `rdl simulate arm --learn` read 
 block into it (`params.load_node_config`), so the node and the offline runs learn with the
 same values. The learner's defaults are those of `BufferConfig` and `TrainerConfig`.
 """
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.continual import LearnerConfig, TrainerConfig
@@ -31,12 +32,21 @@ class DynamicsLearnerConfig:
                         'model_config names one: a path, or a file name in the urdf/ folder '
                         'of the package; empty: panda.urdf (the simulated arm)')
     joint_names: Optional[Tuple[str, ...]] = setting(
-        None, 'joints to learn, in this order; unset: adopt the names of the first message',
+        None, 'joints to learn, in this order; unset (or empty): adopt the joint set with the '
+        'most joints among the joint_states messages of the first joint_settle_s',
         unset_type='string_array')
+    joint_settle_s: float = setting(1.0, 'joint_names unset: seconds of joint_states, from the '
+                                    'first message, among whose joint sets the largest is '
+                                    'adopted (messages held meanwhile, then learned from); 0: '
+                                    "the first message's set", 0.0, 60.0)
     torque_source: str = setting('effort', "'effort' (JointState effort) or 'command' "
                                  '(Float64MultiArray on command_topic, joint order as '
-                                 'joint_names)')
+                                 'command_joint_names)')
     command_topic: str = setting('/effort_controller/commands', 'torque command topic')
+    command_joint_names: Optional[Tuple[str, ...]] = setting(
+        None, "joint order of the command array: the effort controller's `joints` parameter "
+        '(often not the order of /joint_states); matched to the learned joints by name, '
+        'others ignored; unset (or empty): the order of joint_names', unset_type='string_array')
     checkpoint_dir: str = setting('', 'folder for checkpoints; empty disables them')
     keep_checkpoints: int = setting(3, 'checkpoints kept', 1, 1000)
     checkpoint_period_s: float = setting(TrainerConfig.checkpoint_every_s,
@@ -101,6 +111,12 @@ class DynamicsLearnerConfig:
                              f"'{self.torque_source}'")
         if self.lockstep and self.updates_per_sample == 0:
             raise ValueError('lockstep needs updates_per_sample > 0 (a finite budget)')
+        unique_names('joint_names', self.joint_names)
+        unique_names('command_joint_names', self.command_joint_names)
+        if self.torque_source == 'command' and not self.command_topic:
+            raise ValueError("torque_source 'command' needs a command_topic")
+        if self.joint_names and self.torque_source == 'command':
+            uncommanded(self.joint_names, self.command_joint_names, raise_error=True)
 
     def learner_config(self) -> LearnerConfig:
         """Return the buffer and trainer settings of the continual learner."""
@@ -108,6 +124,32 @@ class DynamicsLearnerConfig:
                              build_from(TrainerConfig, self,
                                         checkpoint_every_s=self.checkpoint_period_s,
                                         max_cpu_share=self.train_cpu_share))
+
+
+def unique_names(parameter: str, names: Optional[Sequence[str]]) -> None:
+    """Refuse a joint name list with a repeated or empty name: matching by name needs both."""
+    if not names:
+        return
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
+    if repeated or '' in names:
+        raise ValueError(f'{parameter} must name each joint once and by a non-empty name; got '
+                         f'{list(names)}' + (f' (repeated: {repeated})' if repeated else ''))
+
+
+def uncommanded(joints: Sequence[str], command_names: Optional[Sequence[str]],
+                raise_error: bool = False) -> List[str]:
+    """
+    Return the learned joints that command_names lacks (none when it is unset).
+
+    raise_error: refuse them instead, at start, where both lists are known: every command
+    would be rejected, so the learner would never train.
+    """
+    missing = [name for name in joints if command_names and name not in command_names]
+    if missing and raise_error:
+        raise ValueError(f'command_joint_names {list(command_names)} lack the learned joints '
+                         f"{missing}: list every joint of joint_names (in the controller's "
+                         'order)')
+    return missing
 
 
 def model_config_class(values: Mapping[str, Any]) -> type:

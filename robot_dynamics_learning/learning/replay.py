@@ -24,9 +24,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, TYPE_CHECKING
 
 import numpy as np
 from robot_dynamics_learning.data.bag_io import hold_last, open_bag, read_topic
-from robot_dynamics_learning.data.messages import (FieldNeed, FLOAT64_MULTI_ARRAY,
-                                                   JOINT_STATE, JointStateParser, Reason,
-                                                   RELOCK_AFTER, StampBounds)
+from robot_dynamics_learning.data.messages import (choose_joint_set, FieldNeed,
+                                                   FLOAT64_MULTI_ARRAY, JOINT_STATE,
+                                                   JointStateParser, Reason, RELOCK_AFTER,
+                                                   StampBounds)
 from tqdm import tqdm
 
 if TYPE_CHECKING:   # torch is imported lazily, when a model is built
@@ -79,6 +80,36 @@ class JointStream:
     def duration_s(self) -> float:
         """Return the bag time the samples span (receive times)."""
         return float(self.receive_s[-1] - self.receive_s[0]) if len(self) > 1 else 0.0
+
+
+def _command_order(joints: Sequence[str], command_joint_names: Optional[Sequence[str]]
+                   ) -> List[int]:
+    """Return the command array's index of each learned joint (its order: the controller's)."""
+    if not command_joint_names:
+        return list(range(len(joints)))
+    missing = [joint for joint in joints if joint not in command_joint_names]
+    if missing:
+        raise ValueError(f'command_joint_names {list(command_joint_names)} lack the learned '
+                         f'joints {missing}')
+    return [list(command_joint_names).index(joint) for joint in joints]
+
+
+def _settled_joint_names(reader, connections, settle_s: float) -> Optional[List[str]]:
+    """Return the joint set dynamics_learner adopts from these messages (None: no names)."""
+    deserialize = reader.typestore.deserialize_cdr
+    counts: Dict[Tuple[str, ...], int] = {}
+    first_ns = None
+    for _, receive_ns, raw in reader.messages(connections=connections):
+        first_ns = receive_ns if first_ns is None else first_ns
+        if receive_ns - first_ns > settle_s * 1e9:
+            break
+        try:
+            names = tuple(str(name) for name in deserialize(raw, JOINT_STATE).name)
+        except Exception:  # noqa: B902 - a corrupt message is the recorder's to count
+            continue
+        if names and len(set(names)) == len(names):
+            counts[names] = counts.get(names, 0) + 1
+    return list(choose_joint_set(counts)) if counts else None
 
 
 def pick_joint_topic(bag: Path, topic: Optional[str], typestore: str = 'jazzy') -> str:
@@ -181,19 +212,25 @@ class StreamRecorder:
 def read_joint_stream(bag: Path, topic: Optional[str] = None,
                       command_topic: Optional[str] = None,
                       joint_names: Optional[Sequence[str]] = None, time_reset_s: float = 0.5,
-                      typestore: str = 'jazzy', progress: bool = False) -> JointStream:
+                      typestore: str = 'jazzy', progress: bool = False,
+                      joint_settle_s: float = 1.0,
+                      command_joint_names: Optional[Sequence[str]] = None) -> JointStream:
     """
     Read a JointState topic as the learner node receives it (`StreamRecorder`).
 
-    Torques: the messages' effort; when they carry none, `command_topic` (default the node's
-    /effort_controller/commands if the bag has it) held on receive time, commands received
-    at the same instant included (as `rdl train` on bags). Raises ValueError naming what is
-    missing.
+    joint_names None: the joint set the node adopts, `choose_joint_set` over the messages
+    of the first joint_settle_s (receive time). Torques: the messages' effort; when they
+    carry none, `command_topic` (default the node's /effort_controller/commands if the bag
+    has it; its array in the order of `command_joint_names`, unset: the learned joints')
+    held on receive time, commands received at the same instant included (as `rdl train` on
+    bags). Raises ValueError naming what is missing.
     """
     topic = pick_joint_topic(bag, topic, typestore)
-    recorder = StreamRecorder(joint_names, time_reset_s)
     with open_bag(bag, typestore) as reader:
         connections = [c for c in reader.connections if c.topic == topic]
+        if not joint_names:
+            joint_names = _settled_joint_names(reader, connections, joint_settle_s)
+        recorder = StreamRecorder(joint_names, time_reset_s)
         has_commands = any(c.topic == (command_topic or COMMAND_TOPIC)
                            and c.msgtype == FLOAT64_MULTI_ARRAY for c in reader.connections)
         first_ns = reader.start_time
@@ -216,10 +253,12 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
         raise ValueError(f'{bag}:{topic}: the messages carry no effort and there is no torque '
                          f'command topic ({COMMAND_TOPIC} or --command-topic)')
     command_topic = command_topic or COMMAND_TOPIC
-    commands = read_topic(bag, command_topic, size=len(recorder.parser.joint_names),
+    joints = list(recorder.parser.joint_names)
+    order = _command_order(joints, command_joint_names)
+    commands = read_topic(bag, command_topic, size=len(command_joint_names or joints),
                           typestore=typestore)
     receive_ns = np.array([r for r, _ in recorder.rows], np.int64)
-    tau, valid = hold_last(commands.receive_ns, commands.fields['data'], receive_ns)
+    tau, valid = hold_last(commands.receive_ns, commands.fields['data'][:, order], receive_ns)
     # Joint states before the first command have no torque.
     return recorder.stream(first_ns, topic, tau, valid, f'command {command_topic}')
 

@@ -61,7 +61,9 @@ def run_replay(args: argparse.Namespace) -> int:
         params['seed'] = args.seed
     stream = replay.read_joint_stream(
         args.bag, args.topic, args.command_topic, args.joints,
-        float(params.get('time_reset_s', 0.5)), args.typestore, progress=True)
+        float(params.get('time_reset_s', 0.5)), args.typestore, progress=True,
+        joint_settle_s=float(params.get('joint_settle_s', 1.0)),
+        command_joint_names=params.get('command_joint_names') or None)
     print(f'{stream.topic}: {len(stream)} samples, {stream.duration_s:.1f} s at '
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
           f'{stream.torque_source}', flush=True)

@@ -291,7 +291,12 @@ def _verdict_text(metrics: Dict[str, Any]) -> str:
                 'Run with --models to compare learned models.')
     m = metrics['models'][v['best_model']]
     ratio = v.get('baseline_over_model', float('nan'))
-    if ratio >= 1:
+    if not (np.isfinite(ratio) and ratio > 0):   # a baseline without error: nothing to beat
+        compare = (f"cannot be compared with the best baseline, {v['best_baseline']}, whose "
+                   f"nMSE is {short_number(v.get('baseline_nmse'))}: the torques barely "
+                   'change on this bag (is the effort field filled? are these the joints to '
+                   'learn?)')
+    elif ratio >= 1:
         compare = (f"beats the best baseline, {v['best_baseline']} (nMSE "
                    f"{short_number(v['baseline_nmse'])}), by a factor of {ratio:.2f}")
     else:

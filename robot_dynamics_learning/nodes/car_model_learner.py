@@ -8,14 +8,19 @@ a wall-clock timer; an unstamped Twist command is stamped with the newest comple
 stamp (the state it was computed from). `ContinualTrainer` trains in its own thread (NaN
 refusal, gradient clipping, updates_per_transition budget, bounded buffer, at most
 train_cpu_share of a core) and writes an atomic checkpoint every save_period_s into
-checkpoint_dir, which car_mpc follows (the newest file, checked every reload_period_s).
+checkpoint_dir, which car_mpc follows (the newest file, checked every reload_period_s). An
+empty checkpoint_dir writes none, as dynamics_learner's does (before, the files went into
+the working directory of the process); one that is a file is refused at start.
 The grip estimate (`learning/car_grip.py`: the lateral acceleration the surface holds, from
 the same transitions) goes out on `car/grip` (std_msgs/Float64, m/s^2) after every state
-that completed a transition; car_mpc's grip bound takes it.
+that completed a transition; car_mpc's grip bound takes it. A state or command beyond
+float32 (finite, yet inf in the float32 model) is skipped and counted (`out_of_range`): a
+few such values had every update refused as non-finite, for good once they entered the
+normalisation.
 Parameters: the fields of `CarModelLearnerConfig` (learning/car_adaptation_params.py).
 """
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from geometry_msgs.msg import PoseStamped, TwistStamped
 import numpy as np
@@ -23,6 +28,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.car_training import build_car_model, load_car_model
+from robot_dynamics_learning.data.loading import FLOAT32_MAX
 from robot_dynamics_learning.learning.car_adaptation import CarAdaptation
 from robot_dynamics_learning.learning.car_adaptation_params import CarModelLearnerConfig
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
@@ -49,14 +55,14 @@ class CarModelLearnerNode(Node):
             model, fit = load_car_model(Path(config.checkpoint)), False
         else:
             model, fit = build_car_model(config.model, config.h), True
-        folder = CheckpointDirectory(Path(config.checkpoint_dir), prefix=CAR_CHECKPOINT_PREFIX)
         self.adaptation = CarAdaptation(
             model, adaptation, np.random.default_rng(config.seed),
-            save=lambda m, metadata: folder.save(m, metadata=metadata), fit_normalization=fit)
+            save=self._checkpoint_writer(config.checkpoint_dir), fit_normalization=fit)
         self.pose_parser = PoseParser(check_stamps=False)   # order: CarTransitions checks
         self._pose: Optional[tuple] = None
         self._twist: Optional[tuple] = None
         self._state_stamp: Optional[float] = None   # newest complete state (s)
+        self.out_of_range = 0   # states and commands skipped: a value beyond float32
         inputs = MutuallyExclusiveCallbackGroup()
         self.create_subscription(PoseStamped, 'car/pose', self._on_pose, qos_profile_sensor_data,
                                  callback_group=inputs)
@@ -66,6 +72,18 @@ class CarModelLearnerNode(Node):
         self.parser = subscribe_commands(self, config, self._on_command, callback_group=inputs)
         self.create_timer(5.0, self._log, callback_group=inputs)
         self.adaptation.start()
+
+    def _checkpoint_writer(self, checkpoint_dir: str) -> Optional[Callable]:
+        """Return the save function for checkpoint_dir; None (no checkpoints) when empty."""
+        if not checkpoint_dir:
+            self.get_logger().warn('checkpoint_dir is empty: no checkpoints are written, so '
+                                   "car_mpc cannot follow this learner's model (car/grip is "
+                                   'still published); set checkpoint_dir to a folder')
+            return None
+        if Path(checkpoint_dir).exists() and not Path(checkpoint_dir).is_dir():
+            raise ValueError(f'checkpoint_dir {checkpoint_dir} is a file, not a folder')
+        folder = CheckpointDirectory(Path(checkpoint_dir), prefix=CAR_CHECKPOINT_PREFIX)
+        return lambda model, metadata: folder.save(model, metadata=metadata)
 
     def _on_pose(self, msg: PoseStamped) -> None:
         pose = parse_or_warn(self, self.pose_parser, msg, 'pose')
@@ -84,24 +102,36 @@ class CarModelLearnerNode(Node):
         if self._pose is None or self._twist is None or self._pose[0] != self._twist[0]:
             return
         stamp = self._pose[0] * 1e-9
-        if stamp != self._state_stamp:
+        state = (*self._pose[1], *self._twist[1])
+        if stamp != self._state_stamp and self._fits_float32(state, 'state'):
             self._state_stamp = stamp
-            if self.adaptation.add_state(stamp, (*self._pose[1], *self._twist[1])):
+            if self.adaptation.add_state(stamp, state):
                 self.pub_grip.publish(Float64(data=self.adaptation.grip_estimate()))
+
+    def _fits_float32(self, values: tuple, what: str) -> bool:
+        """Return True when every value fits float32 (NaN passes: the learner counts it)."""
+        if not np.any(np.abs(np.asarray(values, dtype=np.float64)) > FLOAT32_MAX):
+            return True
+        self.out_of_range += 1
+        self.get_logger().warn(f'skipped a {what} beyond float32 ({self.out_of_range} so '
+                               f'far): {values}', throttle_duration_sec=2.0)
+        return False
 
     def _on_command(self, msg) -> None:
         command = parse_or_warn(self, self.parser, msg, 'command')
         if command is None:
             return
         stamp = command.stamp_ns * 1e-9 if command.stamp_ns is not None else self._state_stamp
-        if stamp is not None:
-            self.adaptation.add_command(stamp, (command.throttle, command.steering))
+        values = (command.throttle, command.steering)
+        if stamp is not None and self._fits_float32(values, 'command'):
+            self.adaptation.add_command(stamp, values)
 
     def _log(self) -> None:
         stats = self.adaptation.diagnostics()
         # 'steps N' leads: test_nodes_shutdown waits for it
         self.get_logger().info(f'steps {stats["train_steps"]}, {stats}; commands '
-                               f'{self.parser.counter.summary()}')
+                               f'{self.parser.counter.summary()}; out_of_range '
+                               f'{self.out_of_range}')
 
     def destroy_node(self) -> None:
         """Stop the training thread first (it checks the flag between updates)."""

@@ -2,12 +2,18 @@
 dynamics_learner: learns the arm's inverse dynamics online and publishes predicted torques.
 
 Subscribes `/joint_states` (sensor-data QoS) and, with `torque_source: command`, a
-`std_msgs/Float64MultiArray` torque-command topic. For every accepted message it predicts the
-torque first (prequential), publishes `~/predicted_torques` (JointState, effort = prediction,
-header stamp copied from the input) and `~/predicted_torques_std` for models with variance,
-then stores the sample for the trainer thread (learning/continual.py). Bad messages are
-skipped, counted by reason and logged; the node never stops on them. Diagnostics (counts,
-training loss, prequential nMSE, latency) go to `/diagnostics` and the log periodically.
+`std_msgs/Float64MultiArray` torque-command topic, whose array is in the order of
+`command_joint_names` (the effort controller's `joints`), matched to the learned joints by
+name. With joint_names unset the joint set is chosen, not taken from the first message: the
+set with the most joints among the messages of the first `joint_settle_s` (held meanwhile,
+then learned from), so that a gripper's joint_state_broadcaster sharing /joint_states with
+the arm's cannot decide by starting first; other sets are then refused, named in a warning.
+For every accepted message it predicts the torque first (prequential), publishes
+`~/predicted_torques` (JointState, effort = prediction, header stamp copied from the input)
+and `~/predicted_torques_std` for models with variance, then stores the sample for the
+trainer thread (learning/continual.py). Bad messages are skipped, counted by reason and
+logged; the node never stops on them. Diagnostics (counts, training loss, prequential
+nMSE, latency) go to `/diagnostics` and the log periodically.
 Checkpoints: atomic, the last N kept, resumed at start (learning/checkpoint.py); a
 checkpoint_dir that holds another joint set's or model's run is left alone (no checkpoints).
 A lifecycle node (nodes/lifecycle.py): configure builds the learner (at the first message
@@ -22,22 +28,25 @@ trainer thread to hand the GIL over.
 """
 import functools
 import json
+import math
 import os
 from pathlib import Path
 import time
-from typing import List, Optional
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
+from rclpy.exceptions import InvalidTopicNameException
 from rclpy.qos import HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
-from robot_dynamics_learning.data.messages import Reason
+from robot_dynamics_learning.data.messages import choose_joint_set, Reason, Result
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.checkpoint import (CheckpointDirectory, CheckpointMismatch,
                                                          save_to_directory)
 from robot_dynamics_learning.learning.continual import ContinualLearner, InverseDynamicsStream
 from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
                                                              model_config_class,
-                                                             model_settings, URDF_MODELS)
+                                                             model_settings, uncommanded,
+                                                             URDF_MODELS)
 from robot_dynamics_learning.learning.prequential import (LatencyLog, Recorder,
                                                           saved_variance_scale)
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
@@ -57,6 +66,109 @@ import torch
 # The trainer process's final checkpoint may take this long: a node has 2 s to end after
 # SIGINT (launch escalates to SIGTERM after 5 s); past it the periodic checkpoints remain.
 TRAINER_STOP_TIMEOUT_S = 1.2
+# joint_names unset: a larger joint set is not adopted (a garbage message of 100k names would
+# become a model of 300k inputs), and at most this many messages wait for the choice.
+MAX_ADOPTED_JOINTS = 128
+MAX_SETTLING_MESSAGES = 5000
+OTHER_SETS_KEPT = 16   # distinct refused joint sets remembered for the warning
+
+
+class JointSetChoice:
+    """
+    Chooses the joints to learn when joint_names is unset: the largest set that keeps arriving.
+
+    Two publishers may share /joint_states (an arm's and a gripper's broadcaster): the first
+    message's set would win by start order. Messages of the first `settle_s` (from the first
+    offered one, or until `MAX_SETTLING_MESSAGES`) are held; then `choose_joint_set` picks (the
+    most joints among the sets seen twice and in 1 % of the messages, as bags are read), and
+    the held messages are handed back to be learned from, so none is lost.
+    """
+
+    def __init__(self, settle_s: float) -> None:
+        self.settle_s = settle_s
+        self.started: Optional[float] = None
+        self.seen: Dict[FrozenSet[str], List] = {}   # set -> [names in first order, count]
+        self.held: List[object] = []
+
+    def offer(self, msg: object, now: float) -> Optional[Result]:
+        """Hold `msg`; return its rejection when its names cannot be a joint set to adopt."""
+        names = tuple(str(name) for name in msg.name)
+        key = frozenset(names)
+        if not names or len(key) != len(names):
+            return Result(reason=Reason.DUPLICATE_JOINT if names else Reason.MISSING_JOINT,
+                          detail=f'cannot adopt joint names {list(names)[:20]}')
+        if len(names) > MAX_ADOPTED_JOINTS:
+            return Result(reason=Reason.MALFORMED, detail=f'{len(names)} joints: more than '
+                          f'{MAX_ADOPTED_JOINTS} are not adopted (set joint_names)')
+        if self.started is None:
+            self.started = now
+        entry = self.seen.setdefault(key, [names, 0])
+        entry[1] += 1
+        self.held.append(msg)
+        return None
+
+    def ready(self, now: float) -> bool:
+        """Return True once the settling window has passed (or the held messages fill it)."""
+        return self.started is not None and (now - self.started >= self.settle_s
+                                             or len(self.held) >= MAX_SETTLING_MESSAGES)
+
+    def choose(self) -> Tuple[Tuple[str, ...], List[Tuple[Tuple[str, ...], int]]]:
+        """Return the adopted names (`choose_joint_set`) and the other (names, count) seen."""
+        counts = dict(self.seen.values())
+        chosen = choose_joint_set(counts)
+        return chosen, [(names, n) for names, n in counts.items() if names != chosen]
+
+    def take_held(self) -> List[object]:
+        """Return the held messages in arrival order and forget them."""
+        held, self.held = self.held, []
+        return held
+
+
+class CommandOrder:
+    """
+    Puts a torque command in the learned joints' order: ros2_control's `joints` order.
+
+    An effort controller's command array follows its `joints` parameter, which need not be
+    the order of /joint_states: by index the torques of two joints would swap silently. Names
+    are given by command_joint_names (unset: the learned order); the parser checks length
+    and values, a learned joint the names lack rejects every command (missing_joint).
+    """
+
+    def __init__(self, command_names: Optional[Sequence[str]], size: Optional[int]) -> None:
+        self.command_names = list(command_names or ())
+        self.parser = ArrayParser(len(self.command_names) or size)
+        self.index: Optional[np.ndarray] = None
+        self.missing: List[str] = []
+
+    def bind(self, joints: Sequence[str]) -> List[str]:
+        """Map to the learned `joints`; return those the command lacks (commands refused)."""
+        if not self.command_names:
+            self.parser.size = len(joints)
+            self.index = None
+            return []
+        self.missing = uncommanded(joints, self.command_names)
+        lookup = {name: i for i, name in enumerate(self.command_names)}
+        self.index = (None if self.missing
+                      else np.array([lookup[name] for name in joints], dtype=np.intp))
+        return self.missing
+
+    def parse(self, msg: Float64MultiArray) -> Result:
+        """Return the command in the learned order, or its (counted) rejection."""
+        if self.missing:
+            return self.parser.counter.count(Result(
+                reason=Reason.MISSING_JOINT, detail=f'command_joint_names {self.command_names}'
+                f' lack the learned joints {self.missing}'))
+        result = self.parser.parse(msg)
+        if not result.ok or self.index is None:
+            return result
+        return Result(result.value[self.index])
+
+    def diagnostics(self) -> Dict[str, int]:
+        """Return commands_accepted, commands_rejected and commands_<reason>."""
+        counter = self.parser.counter
+        values = {f'commands_{key}': n for key, n in counter.as_dict().items()}
+        values['commands_rejected'] = counter.total_rejected
+        return values
 
 
 class DynamicsLearnerNode(ManagedNode):
@@ -85,7 +197,12 @@ class DynamicsLearnerNode(ManagedNode):
                                        effort=FieldNeed.OPTIONAL,
                                        bounds=declare_stamp_bounds(
                                            self, reset_after_s=params.time_reset_s))
-        self.command_parser = ArrayParser(len(names) if names else None)
+        self.commands = CommandOrder(params.command_joint_names, len(names) or None)
+        if self.torque_source == 'command' and names:
+            uncommanded(names, params.command_joint_names, raise_error=True)   # URDF joints
+        self.joint_sets = JointSetChoice(params.joint_settle_s)
+        self.other_joint_sets: Dict[FrozenSet[str], int] = {}
+        self.build_error = ''   # the model could not be built for the adopted joints
         self.time_resets = 0
         self.predict_only = 0
         self.learner: Optional[ContinualLearner] = None
@@ -93,7 +210,7 @@ class DynamicsLearnerNode(ManagedNode):
         self.checkpoints: Optional[CheckpointDirectory] = None
         self._last_command: Optional[np.ndarray] = None
         self.latency = LatencyLog()
-        self._last_log = time.monotonic()
+        self._last_log = -math.inf   # the first rejection is always logged
         self.record: Optional[Recorder] = None
 
         self.predictions = PredictedTorquePublisher(self)
@@ -111,10 +228,15 @@ class DynamicsLearnerNode(ManagedNode):
         self.subscription = self.create_subscription(JointState, 'joint_states',
                                                      self._on_joint_state, qos)
         if self.torque_source == 'command':
-            self.create_subscription(Float64MultiArray, params.command_topic,
-                                     self._on_command, 10)
+            try:
+                self.create_subscription(Float64MultiArray, params.command_topic,
+                                         self._on_command, 10)
+            except InvalidTopicNameException as error:   # one line at start, no traceback
+                raise ValueError(f'command_topic {params.command_topic!r} is not a valid '
+                                 f'topic name: {error}') from None
         self.create_timer(params.diagnostics_period_s, self._publish_diagnostics)
         self._names = names
+        self._adopted = False   # joint_names unset: chosen by JointSetChoice
         self.inactive_dropped = 0
         self.status_write_errors = 0
         self.checkpoint_dir_refused = 0   # 1: checkpoint_dir holds another run (no saving)
@@ -123,11 +245,23 @@ class DynamicsLearnerNode(ManagedNode):
 
     def configure(self) -> None:
         """Build the learner now if the joint names are known (else at the first message)."""
+        self._refuse_paths()
         if self._names:
             self._build(self._names)
         self.get_logger().info(
             f"learning '{self.model_type}' inverse dynamics from {self.torque_source} on "
             f"{self.resolve_topic_name('joint_states')}")
+
+    def _refuse_paths(self) -> None:
+        """Refuse at start a path of the wrong kind: else each write fails, or only the last."""
+        params = self.params
+        folder = params.checkpoint_dir
+        if folder and Path(folder).exists() and not Path(folder).is_dir():
+            raise ValueError(f'checkpoint_dir {folder} is a file, not a folder')
+        for name in ('status_path', 'record_path'):
+            path = getattr(params, name)
+            if path and Path(path).is_dir():
+                raise ValueError(f'{name} {path} is a folder: give a file name in it')
 
     def cleanup(self) -> None:
         """Stop training with a last checkpoint and free the model."""
@@ -166,7 +300,7 @@ class DynamicsLearnerNode(ManagedNode):
                                        + (f'; variance calibration restarts: {why}'
                                           if variance_scale is None else ''))
         if model is None:
-            model = build_model(self.model_type, self.model_config, 3 * n, n, n)
+            model = self._new_model(n)
         urdf_joints = model.joint_names
         if urdf_joints is not None and tuple(urdf_joints) != tuple(names):
             raise ValueError(f'joint_names {names} differ from the URDF joints {urdf_joints} '
@@ -176,7 +310,11 @@ class DynamicsLearnerNode(ManagedNode):
                 else functools.partial(save_to_directory, self.checkpoints, names))
 
         if params.record_path:
-            self.record = Recorder(params.record_max_samples, n)
+            try:
+                self.record = Recorder(params.record_max_samples, n)
+            except MemoryError:
+                raise ValueError(f'record_max_samples {params.record_max_samples} of {n} '
+                                 'joints do not fit in memory') from None
         rng = np.random.default_rng(params.seed)
         if params.trainer_process and not params.lockstep:
             self.learner = ProcessLearner(
@@ -193,20 +331,35 @@ class DynamicsLearnerNode(ManagedNode):
                                             variance_scale=variance_scale)
         self.stream = InverseDynamicsStream(n, CausalDifferentiator(
             n, window=params.accel_window))
-        if self.command_parser.size is None:
-            self.command_parser = ArrayParser(n)
+        if self.commands.bind(names):   # adopted joints that the command lacks
+            self.get_logger().error(
+                f'command_joint_names {self.commands.command_names} lack the joints '
+                f'{self.commands.missing} of /joint_states: every torque command is refused '
+                "(commands_missing_joint); list every learned joint in the controller's order")
         self.predictions.set_joint_names(names)
         if not params.lockstep:   # in lockstep the callback trains (train_pending)
             self.learner.start()
+
+    def _new_model(self, n: int):
+        """Build a fresh model for n joints; a failure (memory) is a ValueError naming it."""
+        try:
+            return build_model(self.model_type, self.model_config, 3 * n, n, n)
+        except (MemoryError, RuntimeError) as error:   # torch: allocation failed
+            raise ValueError(f"cannot build model '{self.model_type}' ({self.model_config}) "
+                             f'for {n} joints: {error}') from None
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         if not self.active or self.learner is None:
             # Before the first joint state (joint_names unset) no size can be checked: a
             # command of another length would become the next sample's torque target.
             return
-        result = self.command_parser.parse(msg)
+        result = self.commands.parse(msg)
         if result.ok:
             self._last_command = result.value
+            return
+        self.get_logger().warn(
+            f'torque command rejected ({result.reason.value}: {result.detail}); commands '
+            f'{self.commands.parser.counter.summary()}', throttle_duration_sec=2.0)
 
     def _on_joint_state(self, msg: JointState) -> None:
         if not self.active:   # inactive: no prediction, no learning
@@ -222,7 +375,39 @@ class DynamicsLearnerNode(ManagedNode):
             self._handle_joint_state(msg)
 
     def _handle_joint_state(self, msg: JointState) -> None:
+        if self.parser.joint_names is not None:
+            self._learn_from(msg)
+            return
+        refused = self.joint_sets.offer(msg, time.monotonic())
+        if refused is not None:
+            self._log_rejection(self.parser.counter.count(refused), msg)
+        self._adopt_when_settled()
+
+    def _adopt_when_settled(self) -> None:
+        """Adopt the chosen joint set once the window has passed; learn from the held messages."""
+        if self.parser.joint_names is not None or not self.joint_sets.ready(time.monotonic()):
+            return
+        names, others = self.joint_sets.choose()
+        self.parser.joint_names = list(names)
+        self._adopted = True
+        if others:
+            listed = '; '.join(f'{list(other)} ({count} messages)' for other, count in others)
+            self.get_logger().warn(
+                f'{self.resolve_topic_name("joint_states")} carries {len(others) + 1} joint '
+                f'sets: learning {list(names)}, the one with the most joints; ignoring '
+                f'{listed}. Set joint_names to choose')
+        else:
+            self.get_logger().info(f'learning the joints {list(names)} (adopted from '
+                                   f'{self.resolve_topic_name("joint_states")}; set '
+                                   'joint_names to fix them)')
+        for message in self.joint_sets.take_held():
+            self._learn_from(message, held=True)
+
+    def _learn_from(self, msg: JointState, held: bool = False) -> None:
+        """Predict, publish and learn one message; held: waited for the joint choice."""
         received = time.perf_counter()
+        if self.build_error:
+            return
         result = self.parser.parse(msg)
         if not result.ok:
             self._log_rejection(result, msg)
@@ -230,8 +415,8 @@ class DynamicsLearnerNode(ManagedNode):
         sample = result.value
         if sample.time_reset:
             self._time_reset()
-        if self.learner is None:
-            self._build(list(self.parser.joint_names))
+        if self.learner is None and not self._build_at_first_message():
+            return
         torque = sample.effort if self.torque_source == 'effort' else self._last_command
         if torque is None:
             self.predict_only += 1
@@ -246,10 +431,21 @@ class DynamicsLearnerNode(ManagedNode):
         self.predictions.publish(msg.header.stamp, mean, variance)
         if self.params.lockstep:
             self.learner.trainer.train_pending()
-        now_ns = self.get_clock().now().nanoseconds
-        self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
+        if not held:   # a held message's age is the settling window, not the node's latency
+            now_ns = self.get_clock().now().nanoseconds
+            self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
         if self.record is not None and target is not None:
             self.record.add(stamp, target, mean, self.learner.prequential.nmse())
+
+    def _build_at_first_message(self) -> bool:
+        """Build the learner for the adopted joints; a failure stops learning, not the node."""
+        try:
+            self._build(list(self.parser.joint_names))
+        except ValueError as error:
+            self.build_error = str(error)
+            self.get_logger().error(f'not learning: {error}')
+            return False
+        return True
 
     def _time_reset(self) -> None:
         """Reset learning state: a valid message went back in time by time_reset_s or more."""
@@ -261,6 +457,9 @@ class DynamicsLearnerNode(ManagedNode):
                                '(looping bag or restarted clock)')
 
     def _log_rejection(self, result, msg: JointState) -> None:
+        if result.reason == Reason.MISSING_JOINT and self._adopted:
+            self._warn_other_joint_set(msg)
+            return
         if result.reason == Reason.MISSING_JOINT and self._urdf_joints is not None:
             self._urdf_joints = None   # said once, in one line, naming both sets
             self.get_logger().error(
@@ -273,6 +472,17 @@ class DynamicsLearnerNode(ManagedNode):
             self.get_logger().warn(f'rejected joint state ({result.reason.value}): '
                                    f'{result.detail}; {self.parser.counter.summary()}')
 
+    def _warn_other_joint_set(self, msg: JointState) -> None:
+        """Name a joint set refused after adoption (another publisher), throttled."""
+        key = frozenset(str(name) for name in msg.name)
+        if key in self.other_joint_sets or len(self.other_joint_sets) < OTHER_SETS_KEPT:
+            self.other_joint_sets[key] = self.other_joint_sets.get(key, 0) + 1
+        self.get_logger().warn(
+            f'ignoring joint states with the joints {list(msg.name)[:20]} '
+            f'({self.parser.counter.rejected.get(Reason.MISSING_JOINT, 0)} messages of other '
+            f'joint sets so far): learning {self.parser.joint_names}, the joint set adopted at '
+            'start; set joint_names to choose the joints', throttle_duration_sec=10.0)
+
     def diagnostics(self) -> dict:
         """Return every counter and metric as a flat dict."""
         values = {f'messages_{key}': value
@@ -282,7 +492,9 @@ class DynamicsLearnerNode(ManagedNode):
                       status_write_errors=self.status_write_errors,
                       checkpoint_dir_refused=self.checkpoint_dir_refused,
                       samples_out_of_range=self.float32.skipped,
-                      commands_rejected=self.command_parser.counter.total_rejected)
+                      other_joint_sets=len(self.other_joint_sets),
+                      held_for_joint_choice=len(self.joint_sets.held),
+                      **self.commands.diagnostics())
         if self.checkpoints is not None:
             values.update({f'checkpoints_skipped_{reason}': n
                            for reason, n in self.checkpoints.skipped.items()})
@@ -292,10 +504,12 @@ class DynamicsLearnerNode(ManagedNode):
         return values
 
     def _publish_diagnostics(self) -> None:
+        if self.active:   # a stream that stopped inside the settling window
+            self._adopt_when_settled()
         values = self.diagnostics()
         status = DiagnosticStatus(name=f'{self.get_name()}: continual learning',
                                   hardware_id=self.get_fully_qualified_name())
-        error = values.get('last_error', '')
+        error = values.get('last_error', '') or self.build_error
         status.level = DiagnosticStatus.WARN if error else DiagnosticStatus.OK
         status.message = error or ('learning' if self.active else 'inactive')
         status.values = [KeyValue(key=key, value=f'{value:.6g}' if isinstance(value, float)
@@ -334,8 +548,11 @@ class DynamicsLearnerNode(ManagedNode):
         """Stop training and write a last checkpoint before the node goes."""
         self.cleanup()
         if self.record is not None:
-            path = self.record.save(self.params.record_path, self.joint_names)
-            self.get_logger().info(f'recorded {self.record.count} samples to {path}')
+            try:
+                path = self.record.save(self.params.record_path, self.joint_names)
+                self.get_logger().info(f'recorded {self.record.count} samples to {path}')
+            except OSError as error:   # the node must still end cleanly
+                self.get_logger().error(f'record not written: {error}')
         super().destroy_node()
 
 
