@@ -280,14 +280,17 @@ def test_a_velocity_beyond_float32_is_skipped_not_fatal(executable, tmp_path):
     """A finite 1e39 rad/s became inf in the float32 model; its input check ended the node."""
     with _arm_node_probe(executable, tmp_path) as node:
         stamp = time.time_ns()
-        for k in range(30):
-            stamp += 2_000_000
-            q = np.sin(1e-3 * k + np.arange(3))
-            qd = np.full(3, 1e39) if k == 10 else np.cos(q)
-            node.pub.publish(joint_state_msg(stamp, node.names, q, qd, 2.0 * q))
-            time.sleep(0.01)
-        # the huge velocity stays in the differentiator's window (5) for a few samples
-        assert wait_for(lambda: int(node.counters.get('samples_out_of_range', 0)) >= 1, 10.0), \
+        for _ in range(5):   # best-effort QoS: a loaded machine may drop the one bad message
+            for k in range(30):
+                stamp += 2_000_000
+                q = np.sin(1e-3 * k + np.arange(3))
+                qd = np.full(3, 1e39) if k == 10 else np.cos(q)
+                node.pub.publish(joint_state_msg(stamp, node.names, q, qd, 2.0 * q))
+                time.sleep(0.01)
+            # the huge velocity stays in the differentiator's window (5) for a few samples
+            if wait_for(lambda: int(node.counters.get('samples_out_of_range', 0)) >= 1, 5.0):
+                break
+        assert int(node.counters.get('samples_out_of_range', 0)) >= 1, \
             (node.counters, node.log.read_text())
         done = len(node.answers)
         stamp += 2_000_000
