@@ -12,8 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 import enum
 import math
-from typing import (Callable, ClassVar, Dict, Generic, List, Mapping, Optional, Sequence,
-                    Tuple, TypeVar)
+from typing import (Callable, ClassVar, Dict, FrozenSet, Generic, List, Mapping, Optional,
+                    Sequence, Tuple, TypeVar)
 
 import numpy as np
 from robot_dynamics_learning.params import build_from, check_ranges, setting
@@ -396,6 +396,69 @@ def choose_joint_set(counts: Mapping[Tuple[str, ...], int]) -> Tuple[str, ...]:
     eligible = {names: n for names, n in counts.items()
                 if n >= max(2, JOINT_SET_MIN_SHARE * total)} or counts
     return max(eligible, key=lambda names: (len(names), eligible[names]))
+
+
+# joint_names unset: a larger joint set is not adopted (a garbage message of 100k names would
+# become a model of 300k inputs), and at most this many messages wait for the choice.
+MAX_ADOPTED_JOINTS = 128
+MAX_SETTLING_MESSAGES = 5000
+
+
+class JointSetChoice:
+    """
+    Chooses the joints to read when joint_names is unset: the largest set that keeps arriving.
+
+    Two publishers may share /joint_states (an arm's and a gripper's broadcaster): the first
+    message's set would win by start order. Messages of the first `settle_s` (from the first
+    offered one, or until `MAX_SETTLING_MESSAGES`) are held; then `choose_joint_set` picks (the
+    most joints among the sets seen twice and in 1 % of the messages, as bags are read), and
+    the held messages are handed back to be used, so none is lost (dynamics_learner, and
+    `learning.replay.StreamRecorder` as it reads a bag for `rdl replay`).
+    """
+
+    def __init__(self, settle_s: float) -> None:
+        self.settle_s = settle_s
+        self.started: Optional[float] = None
+        self.seen: Dict[FrozenSet[str], List] = {}   # set -> [names in first order, count]
+        self.held: List[object] = []
+
+    def offer(self, msg: object, now: float, names: Optional[Sequence[str]] = None
+              ) -> Optional[Result]:
+        """
+        Hold `msg`; return its rejection when its names cannot be a joint set to adopt.
+
+        names: the JointState names when `msg` is not the message itself (a (msg, time) pair).
+        """
+        names = tuple(str(name) for name in (msg.name if names is None else names))
+        key = frozenset(names)
+        if not names or len(key) != len(names):
+            return Result(reason=Reason.DUPLICATE_JOINT if names else Reason.MISSING_JOINT,
+                          detail=f'cannot adopt joint names {list(names)[:20]}')
+        if len(names) > MAX_ADOPTED_JOINTS:
+            return Result(reason=Reason.MALFORMED, detail=f'{len(names)} joints: more than '
+                          f'{MAX_ADOPTED_JOINTS} are not adopted (set joint_names)')
+        if self.started is None:
+            self.started = now
+        entry = self.seen.setdefault(key, [names, 0])
+        entry[1] += 1
+        self.held.append(msg)
+        return None
+
+    def ready(self, now: float) -> bool:
+        """Return True once the settling window has passed (or the held messages fill it)."""
+        return self.started is not None and (now - self.started >= self.settle_s
+                                             or len(self.held) >= MAX_SETTLING_MESSAGES)
+
+    def choose(self) -> Tuple[Tuple[str, ...], List[Tuple[Tuple[str, ...], int]]]:
+        """Return the adopted names (`choose_joint_set`) and the other (names, count) seen."""
+        counts = dict(self.seen.values())
+        chosen = choose_joint_set(counts)
+        return chosen, [(names, n) for names, n in counts.items() if names != chosen]
+
+    def take_held(self) -> List[object]:
+        """Return the held messages in arrival order and forget them."""
+        held, self.held = self.held, []
+        return held
 
 
 def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:

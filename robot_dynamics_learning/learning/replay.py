@@ -24,8 +24,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, TYPE_CHECKING
 
 import numpy as np
 from robot_dynamics_learning.data.bag_io import hold_last, open_bag, read_topic
-from robot_dynamics_learning.data.messages import (choose_joint_set, FieldNeed,
-                                                   FLOAT64_MULTI_ARRAY, JOINT_STATE,
+from robot_dynamics_learning.data.messages import (FieldNeed, FLOAT64_MULTI_ARRAY,
+                                                   JOINT_STATE, JointSetChoice,
                                                    JointStateParser, Reason, RELOCK_AFTER,
                                                    StampBounds)
 from tqdm import tqdm
@@ -94,24 +94,6 @@ def _command_order(joints: Sequence[str], command_joint_names: Optional[Sequence
     return [list(command_joint_names).index(joint) for joint in joints]
 
 
-def _settled_joint_names(reader, connections, settle_s: float) -> Optional[List[str]]:
-    """Return the joint set dynamics_learner adopts from these messages (None: no names)."""
-    deserialize = reader.typestore.deserialize_cdr
-    counts: Dict[Tuple[str, ...], int] = {}
-    first_ns = None
-    for _, receive_ns, raw in reader.messages(connections=connections):
-        first_ns = receive_ns if first_ns is None else first_ns
-        if receive_ns - first_ns > settle_s * 1e9:
-            break
-        try:
-            names = tuple(str(name) for name in deserialize(raw, JOINT_STATE).name)
-        except Exception:  # noqa: B902 - a corrupt message is the recorder's to count
-            continue
-        if names and len(set(names)) == len(names):
-            counts[names] = counts.get(names, 0) + 1
-    return list(choose_joint_set(counts)) if counts else None
-
-
 def pick_joint_topic(bag: Path, topic: Optional[str], typestore: str = 'jazzy') -> str:
     """Return `topic`, else /joint_states if present, else the bag's only JointState topic."""
     with open_bag(bag, typestore) as reader:
@@ -138,18 +120,41 @@ class StreamRecorder:
     """
 
     def __init__(self, joint_names: Optional[Sequence[str]] = None,
-                 time_reset_s: float = 0.5) -> None:
+                 time_reset_s: float = 0.5, joint_settle_s: float = 1.0) -> None:
         self.parser = JointStateParser(
             joint_names, position=FieldNeed.REQUIRED, velocity=FieldNeed.REQUIRED,
             effort=FieldNeed.OPTIONAL,
             bounds=StampBounds(reset_after_ns=int(time_reset_s * 1e9),   # as dynamics_learner
                                relock_after=RELOCK_AFTER))
+        # joint_names unset: held and chosen as dynamics_learner does (`JointSetChoice`).
+        self.joint_sets = None if joint_names else JointSetChoice(joint_settle_s)
         self.rows: List[Tuple[int, Any]] = []
         self.rejections: List[Tuple[int, str]] = []
         self.resets: List[int] = []
 
     def add(self, msg: Any, receive_ns: int) -> None:
-        """Parse one message (rclpy or rosbags class) received at `receive_ns`."""
+        """Take one message (rclpy or rosbags class) received at `receive_ns`."""
+        if self.joint_sets is None:
+            self._parse(msg, receive_ns)
+            return
+        refused = self.joint_sets.offer((msg, receive_ns), receive_ns * 1e-9, names=msg.name)
+        if refused is not None:
+            self.parser.counter.count(refused)
+            self.rejections.append((receive_ns, refused.reason.value))
+        if self.joint_sets.ready(receive_ns * 1e-9):
+            self.adopt()
+
+    def adopt(self) -> None:
+        """Adopt the chosen joint set now and parse the held messages (also at the end)."""
+        if self.joint_sets is None:
+            return
+        joint_sets, self.joint_sets = self.joint_sets, None
+        if joint_sets.seen:
+            self.parser.joint_names = list(joint_sets.choose()[0])
+        for msg, receive_ns in joint_sets.take_held():
+            self._parse(msg, receive_ns)
+
+    def _parse(self, msg: Any, receive_ns: int) -> None:
         result = self.parser.parse(msg)
         if not result.ok:
             self.rejections.append((receive_ns, result.reason.value))
@@ -168,6 +173,7 @@ class StreamRecorder:
         without effort are skipped and counted as missing_field (the node trains on none of
         them); a time reset before a dropped row moves to the next kept one.
         """
+        self.adopt()   # a stream shorter than the settling window
         if not self.rows:
             counter = self.parser.counter
             raise ValueError(f'{topic}: no valid JointState message with position and '
@@ -218,8 +224,8 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
     """
     Read a JointState topic as the learner node receives it (`StreamRecorder`).
 
-    joint_names None: the joint set the node adopts, `choose_joint_set` over the messages
-    of the first joint_settle_s (receive time). Torques: the messages' effort; when they
+    joint_names None: the joint set the node adopts (`JointSetChoice` over the messages of
+    the first joint_settle_s, receive time). Torques: the messages' effort; when they
     carry none, `command_topic` (default the node's /effort_controller/commands if the bag
     has it; its array in the order of `command_joint_names`, unset: the learned joints')
     held on receive time, commands received at the same instant included (as `rdl train` on
@@ -228,9 +234,7 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
     topic = pick_joint_topic(bag, topic, typestore)
     with open_bag(bag, typestore) as reader:
         connections = [c for c in reader.connections if c.topic == topic]
-        if not joint_names:
-            joint_names = _settled_joint_names(reader, connections, joint_settle_s)
-        recorder = StreamRecorder(joint_names, time_reset_s)
+        recorder = StreamRecorder(joint_names, time_reset_s, joint_settle_s)
         has_commands = any(c.topic == (command_topic or COMMAND_TOPIC)
                            and c.msgtype == FLOAT64_MULTI_ARRAY for c in reader.connections)
         first_ns = reader.start_time
@@ -245,6 +249,7 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
                 recorder.rejections.append((receive_ns, f'malformed: {type(error).__name__}'))
                 continue
             recorder.add(msg, receive_ns)
+    recorder.adopt()   # a bag shorter than the settling window
     carries = [s.effort is not None for _, s in recorder.rows]
     if not recorder.rows or any(carries) and (all(carries) or (command_topic is None
                                                                and not has_commands)):

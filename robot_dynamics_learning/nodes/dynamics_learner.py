@@ -32,13 +32,13 @@ import math
 import os
 from pathlib import Path
 import time
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from rclpy.exceptions import InvalidTopicNameException
 from rclpy.qos import HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
-from robot_dynamics_learning.data.messages import choose_joint_set, Reason, Result
+from robot_dynamics_learning.data.messages import JointSetChoice, Reason, Result
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.checkpoint import (CheckpointDirectory, CheckpointMismatch,
                                                          save_to_directory)
@@ -66,62 +66,7 @@ import torch
 # The trainer process's final checkpoint may take this long: a node has 2 s to end after
 # SIGINT (launch escalates to SIGTERM after 5 s); past it the periodic checkpoints remain.
 TRAINER_STOP_TIMEOUT_S = 1.2
-# joint_names unset: a larger joint set is not adopted (a garbage message of 100k names would
-# become a model of 300k inputs), and at most this many messages wait for the choice.
-MAX_ADOPTED_JOINTS = 128
-MAX_SETTLING_MESSAGES = 5000
 OTHER_SETS_KEPT = 16   # distinct refused joint sets remembered for the warning
-
-
-class JointSetChoice:
-    """
-    Chooses the joints to learn when joint_names is unset: the largest set that keeps arriving.
-
-    Two publishers may share /joint_states (an arm's and a gripper's broadcaster): the first
-    message's set would win by start order. Messages of the first `settle_s` (from the first
-    offered one, or until `MAX_SETTLING_MESSAGES`) are held; then `choose_joint_set` picks (the
-    most joints among the sets seen twice and in 1 % of the messages, as bags are read), and
-    the held messages are handed back to be learned from, so none is lost.
-    """
-
-    def __init__(self, settle_s: float) -> None:
-        self.settle_s = settle_s
-        self.started: Optional[float] = None
-        self.seen: Dict[FrozenSet[str], List] = {}   # set -> [names in first order, count]
-        self.held: List[object] = []
-
-    def offer(self, msg: object, now: float) -> Optional[Result]:
-        """Hold `msg`; return its rejection when its names cannot be a joint set to adopt."""
-        names = tuple(str(name) for name in msg.name)
-        key = frozenset(names)
-        if not names or len(key) != len(names):
-            return Result(reason=Reason.DUPLICATE_JOINT if names else Reason.MISSING_JOINT,
-                          detail=f'cannot adopt joint names {list(names)[:20]}')
-        if len(names) > MAX_ADOPTED_JOINTS:
-            return Result(reason=Reason.MALFORMED, detail=f'{len(names)} joints: more than '
-                          f'{MAX_ADOPTED_JOINTS} are not adopted (set joint_names)')
-        if self.started is None:
-            self.started = now
-        entry = self.seen.setdefault(key, [names, 0])
-        entry[1] += 1
-        self.held.append(msg)
-        return None
-
-    def ready(self, now: float) -> bool:
-        """Return True once the settling window has passed (or the held messages fill it)."""
-        return self.started is not None and (now - self.started >= self.settle_s
-                                             or len(self.held) >= MAX_SETTLING_MESSAGES)
-
-    def choose(self) -> Tuple[Tuple[str, ...], List[Tuple[Tuple[str, ...], int]]]:
-        """Return the adopted names (`choose_joint_set`) and the other (names, count) seen."""
-        counts = dict(self.seen.values())
-        chosen = choose_joint_set(counts)
-        return chosen, [(names, n) for names, n in counts.items() if names != chosen]
-
-    def take_held(self) -> List[object]:
-        """Return the held messages in arrival order and forget them."""
-        held, self.held = self.held, []
-        return held
 
 
 class CommandOrder:

@@ -41,7 +41,9 @@ class ReplayEvaluator(Node):
         self.urdf = config.urdf or None
         self.settle_s = config.settle_s
         self.params = replay.load_learner_params(config.params_file or None)
-        self.recorder = replay.StreamRecorder(time_reset_s=float(self.params['time_reset_s']))
+        self.recorder = replay.StreamRecorder(   # joints chosen as the learners choose them
+            time_reset_s=float(self.params['time_reset_s']),
+            joint_settle_s=float(self.params.get('joint_settle_s', 1.0)))
         self.first_ns: Optional[int] = None
         reliable = QoSProfile(depth=100, history=HistoryPolicy.KEEP_ALL,
                               reliability=ReliabilityPolicy.RELIABLE)
@@ -97,6 +99,7 @@ class ReplayEvaluator(Node):
     def _on_end(self, _msg: Empty) -> None:
         if not self._done:
             self._done = True
+            self.recorder.adopt()   # a bag shorter than the joint settling window
             self._last_prediction = time.monotonic()   # the quiet period starts now
             self.get_logger().info('end of bag: report once every learner has predicted the '
                                    f'last message, or after {self.settle_s} s without one')
