@@ -175,3 +175,20 @@ def test_rdl_train_on_csv_files_reports_the_baseline_and_coverage(tmp_path, caps
     assert metrics['test_samples'] == report['test_samples']
     np.testing.assert_allclose(metrics['nmse_per_joint'], report['model']['nmse'], rtol=1e-5)
     assert metrics['side'] == 'test' and metrics['split'] == 'files:opti*'
+
+
+def test_the_fast_csv_reader_gives_what_the_careful_one_gives(tmp_path, monkeypatch):
+    from robot_dynamics_learning.data import loading
+    path = tmp_path / 'plain.csv'
+    rows = np.random.default_rng(1).normal(size=(300, 4))
+    rows[7, 2] = np.nan   # written as 'nan': a number to both readers
+    path.write_text('\ufefftime, q_1,q_2 ,tau_1\n' + '\n'.join(
+        ','.join(repr(float(v)) for v in row) for row in rows) + '\n\n', encoding='utf-8')
+    fast = loading._read_plain_csv(path)
+    assert fast is not None and list(fast) == ['time', 'q_1', 'q_2', 'tau_1']
+    monkeypatch.setattr(loading, '_read_plain_csv', lambda path: None)
+    careful = loading.read_table(path)
+    for name in careful:
+        np.testing.assert_array_equal(fast[name], careful[name])
+    (tmp_path / 'holes.csv').write_text('time,q\n0,1\n0.1,\n')   # an empty cell
+    assert loading._read_plain_csv(tmp_path / 'holes.csv') is None
