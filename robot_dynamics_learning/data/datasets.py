@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from robot_dynamics_learning.data.loading import read_table
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.resources import source_root
 from robot_dynamics_learning.signals.offline import savgol_derivative
@@ -75,17 +76,6 @@ def require_full_data(purpose: str) -> None:
                                 'of the shared data')
 
 
-def _read_csv_columns(path: Path) -> dict:
-    """Read a numeric CSV with a header row into {column name: float array}."""
-    with open(path, newline='') as handle:
-        reader = csv.reader(handle)
-        header = [name.strip() for name in next(reader)]
-        rows = np.array([[float(v) for v in row] for row in reader if row], dtype=np.float64)
-    if rows.ndim != 2 or rows.shape[1] != len(header):
-        raise ValueError(f'{path}: rows do not match the {len(header)} header columns')
-    return {name: rows[:, i] for i, name in enumerate(header)}
-
-
 def load_kinova(path: Path, torque: str = 'Torque') -> Trajectory:
     """
     Load one Kinova Gen3 CSV (1 kHz) as inverse-dynamics data.
@@ -98,7 +88,7 @@ def load_kinova(path: Path, torque: str = 'Torque') -> Trajectory:
     """
     if torque not in ('TorqueSm', 'Torque', 'TorqueCur'):
         raise ValueError(f"unknown Kinova torque column family '{torque}'")
-    columns = _read_csv_columns(Path(path))
+    columns = read_table(Path(path))
 
     def stack(prefix: str) -> np.ndarray:
         return np.stack([columns[f'{prefix}{i}'] for i in range(1, 8)], axis=1)
