@@ -58,7 +58,8 @@ def write_csv(path, rows: np.ndarray):
 
 
 def write_bag(path, drive: Trajectory, command_type: str = JOY, pressed: bool = True,
-              broken=lambda i, position, quaternion: (position, quaternion)):
+              broken=lambda i, position, quaternion: (position, quaternion),
+              joy_stamp=lambda t_ns: t_ns):
     """Poses on /pose, commands on /joy (Joy: axis 1 throttle, axis 0 steering, button 2)."""
     quaternions = bag_io.quaternion_from_yaw(drive.observations[:, 2])
     with bag_io.BagWriter(path, 'sqlite3') as bag:
@@ -69,7 +70,7 @@ def write_bag(path, drive: Trajectory, command_type: str = JOY, pressed: bool = 
             if command_type == JOY:
                 axes = np.array([drive.actions[i, 1], drive.actions[i, 0]], np.float32)
                 bag.write('/joy', JOY, t_ns, bag._types[JOY](
-                    header=bag.header(t_ns), axes=axes,
+                    header=bag.header(joy_stamp(t_ns)), axes=axes,
                     buttons=np.array([0, 0, int(pressed)], np.int32)))
             else:
                 bag.write('/joy', POSE_STAMPED, t_ns, bag.pose_stamped(t_ns, position,
@@ -383,3 +384,21 @@ def test_a_max_speed_below_the_driving_names_itself_when_nothing_is_left():
     # the error named only the rate and the gap threshold
     with pytest.raises(ValueError, match='states faster than 0.5 m/s or 15 rad/s were cut'):
         car_dataset([drive], 0.05, max_speed=0.5)
+
+
+def test_joy_commands_whose_publisher_leaves_the_stamp_unset_use_receive_times(tmp_path,
+                                                                               caplog):
+    drive = circle(20, 50)
+    options = BagOptions('/pose', '/joy', CommandMapping(1, 0))
+    stamped = load_car_drives('bag', [write_bag(tmp_path / 'stamped', drive)], options)
+    with caplog.at_level(logging.WARNING):
+        unset = load_car_drives('bag', [write_bag(tmp_path / 'unset', drive,
+                                                  joy_stamp=lambda t_ns: 0)], options)
+    # every command was a zero_stamp rejection: no command, no drive
+    assert 'every header stamp is 0' in caplog.text
+    np.testing.assert_array_equal(unset[0].actions, stamped[0].actions)
+    mixed = write_bag(tmp_path / 'mixed', circle(2, 50), joy_stamp=lambda t_ns: 0 if (
+        t_ns // 20_000_000) % 2 else t_ns)   # some unset stamps among set ones stay refused
+    commands = bag_io.read_topic(mixed, '/joy', mapping=CommandMapping(1, 0))
+    assert commands.stamp_source == 'header'
+    assert commands.rejections == {'accepted': 50, 'zero_stamp': 50}

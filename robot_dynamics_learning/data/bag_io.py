@@ -346,9 +346,11 @@ class _PoseCollector(_Collector):
 class _CommandCollector(_Collector):
     """Commands; with a safety button (Joy) also 'safety': 1 while it is held, else 0."""
 
-    def __init__(self, parser, capacity: int, safety_button: Optional[int] = None) -> None:
+    def __init__(self, parser, capacity: int, safety_button: Optional[int] = None,
+                 receive_time: bool = False) -> None:
         super().__init__(parser, capacity)
         self.safety_button = safety_button
+        self.receive_time = receive_time   # the header stamps are unset: receive times
         self._buttons: Sequence[int] = ()
 
     def add(self, msg: object, receive_ns: int) -> None:
@@ -356,7 +358,8 @@ class _CommandCollector(_Collector):
         super().add(msg, receive_ns)
 
     def store(self, command, receive_ns: int) -> None:
-        self.stamp_ns[self.n] = receive_ns if command.stamp_ns is None else command.stamp_ns
+        unstamped = self.receive_time or command.stamp_ns is None
+        self.stamp_ns[self.n] = receive_ns if unstamped else command.stamp_ns
         self._row('throttle', ())[self.n] = command.throttle
         self._row('steering', ())[self.n] = command.steering
         if self.safety_button is not None:
@@ -379,9 +382,13 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
                effort: FieldNeed = FieldNeed.OPTIONAL,
                mapping: CommandMapping = CommandMapping(), size: Optional[int] = None,
                safety_button: Optional[int] = None, typestore: str = 'jazzy',
-               progress: bool = False) -> TopicArrays:
+               progress: bool = False, receive_time: bool = False) -> TopicArrays:
     """
     Read one topic of a supported type into `TopicArrays`, skipping invalid messages.
+
+    receive_time (Joy, TwistStamped): stamp the commands with their receive times. Taken by
+    itself when every header stamp of such a topic is 0: teleop nodes that leave the header
+    unset would otherwise lose every command of a recording (zero_stamp).
 
     Header stamps are ordered over the whole topic (`ordered_rows`): the fewest messages are
     dropped so that they increase, counted as stamp_backwards or stamp_repeated and logged.
@@ -409,7 +416,7 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
         if safety_button is not None and msgtype != JOY:
             raise ValueError(f"a safety button needs Joy commands; '{topic}' is {msgtype}")
         collector = _make_collector(msgtype, capacity, joint_names, position, velocity, effort,
-                                    mapping, size, safety_button)
+                                    mapping, size, safety_button, receive_time)
         deserialize = reader.typestore.deserialize_cdr
         messages = reader.messages(connections=connections)
         for _, receive_ns, raw in tqdm(messages, total=capacity, disable=not progress,
@@ -430,7 +437,16 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
         return read_topic(path, topic, joint_names=chosen, position=position,
                           velocity=velocity, effort=effort, typestore=typestore,
                           progress=progress)
-    stamp_source = 'receive' if msgtype in (TWIST, FLOAT64_MULTI_ARRAY) else 'header'
+    rejections = collector.parser.counter.as_dict()
+    zero_stamps = rejections.get(Reason.ZERO_STAMP.value, 0)
+    if (msgtype in (JOY, TWIST_STAMPED) and not receive_time and collector.n == 0
+            and 0 < zero_stamps == sum(rejections.values())):
+        LOG.warning('%s:%s: every header stamp is 0 (the publisher leaves it unset): the '
+                    'commands are stamped with their receive times', path, topic)
+        return read_topic(path, topic, mapping=mapping, safety_button=safety_button,
+                          typestore=typestore, progress=progress, receive_time=True)
+    unstamped = msgtype in (TWIST, FLOAT64_MULTI_ARRAY) or receive_time
+    stamp_source = 'receive' if unstamped else 'header'
     fields = collector.finish(f'{path}:{topic}', stamp_source == 'header')   # may drop rows
     n = collector.n
     return TopicArrays(
@@ -458,7 +474,8 @@ def _chosen_joint_set(collector: _Collector) -> Optional[List[str]]:
 
 def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity, effort,
                     mapping: CommandMapping, size: Optional[int],
-                    safety_button: Optional[int] = None) -> _Collector:
+                    safety_button: Optional[int] = None,
+                    receive_time: bool = False) -> _Collector:
     if msgtype == JOINT_STATE:
         parser = JointStateParser(joint_names, position, velocity, effort, bounds=UNORDERED)
         return _JointCollector(parser, capacity)
@@ -466,8 +483,9 @@ def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity
         return _PoseCollector(PoseParser(bounds=UNORDERED), capacity)
     if msgtype == FLOAT64_MULTI_ARRAY:
         return _ArrayCollector(ArrayParser(size), capacity)
-    return _CommandCollector(CarCommandParser(mapping, bounds=UNORDERED), capacity,
-                             safety_button)
+    return _CommandCollector(CarCommandParser(mapping, check_stamps=not receive_time,
+                                              bounds=UNORDERED), capacity, safety_button,
+                             receive_time)
 
 
 def ordered_rows(stamp_ns: np.ndarray) -> np.ndarray:
