@@ -251,3 +251,19 @@ def test_the_joint_set_chosen_is_the_largest_that_keeps_arriving():
     assert choose_joint_set({arm: 1000, garbled: 1}) == arm   # one garbled message
     assert choose_joint_set({base: 5, ('grip',): 5}) == base
     assert choose_joint_set({('a',): 1}) == ('a',)
+
+
+def test_joint_states_whose_publisher_leaves_every_stamp_unset_use_receive_times(
+        tmp_path, caplog):
+    bag = tmp_path / 'unstamped'
+    with bag_io.BagWriter(bag, 'mcap') as writer:
+        for k in range(200):   # a hand-written publisher: JointState() without a stamp
+            q = np.sin(np.array([1.0, 2.0]) * k / 100)
+            writer.write('/joint_states', 'sensor_msgs/msg/JointState',
+                         1_000_000_000 + k * 2_000_000,
+                         writer.joint_state(0, ['a', 'b'], q, 0 * q, 2 * q))
+    with caplog.at_level(logging.WARNING):
+        trajectory = bag_io.read_trajectory(bag)
+    assert 'every header stamp is 0' in caplog.text
+    assert len(trajectory) == 200
+    np.testing.assert_allclose(np.diff(trajectory.time), 0.002)

@@ -207,8 +207,9 @@ class _Collector:
 
     MAX_INITIAL_ROWS = 1 << 16
 
-    def __init__(self, parser, capacity: int) -> None:
+    def __init__(self, parser, capacity: int, receive_time: bool = False) -> None:
         self.parser = parser
+        self.receive_time = receive_time   # the header stamps are unset: receive times
         self.capacity = max(16, min(int(capacity), self.MAX_INITIAL_ROWS))
         self.n = 0
         self.stamp_ns = np.zeros(self.capacity, dtype=np.int64)
@@ -245,6 +246,10 @@ class _Collector:
 
     def store(self, value: object, receive_ns: int) -> None:
         raise NotImplementedError
+
+    def _stamp(self, stamp_ns: Optional[int], receive_ns: int) -> int:
+        """Return the row's time: the header stamp, else (unset or none) the receive time."""
+        return receive_ns if self.receive_time or stamp_ns is None else stamp_ns
 
     def finish(self, source: str, header_stamps: bool) -> Dict[str, np.ndarray]:
         """Return the fields, once the checks that need the whole topic dropped their rows."""
@@ -284,8 +289,9 @@ class _JointCollector(_Collector):
     # Distinct other joint sets counted (a message with random names must not grow memory).
     MAX_OTHER_SETS = 64
 
-    def __init__(self, parser: JointStateParser, capacity: int) -> None:
-        super().__init__(parser, capacity)
+    def __init__(self, parser: JointStateParser, capacity: int,
+                 receive_time: bool = False) -> None:
+        super().__init__(parser, capacity, receive_time)
         self.present = dict.fromkeys(JointStateParser.FIELDS, 0)
         self.other_sets: Counter = Counter()   # joint name set -> its rejected messages
         self.set_order: Dict[Tuple[str, ...], List[str]] = {}   # a set's first message order
@@ -307,7 +313,7 @@ class _JointCollector(_Collector):
             self.set_order.setdefault(names, order)
 
     def store(self, sample, receive_ns: int) -> None:
-        self.stamp_ns[self.n] = sample.stamp_ns
+        self.stamp_ns[self.n] = self._stamp(sample.stamp_ns, receive_ns)
         n_joints = len(self.parser.joint_names)
         for name in JointStateParser.FIELDS:
             values = getattr(sample, name)
@@ -336,7 +342,7 @@ class _JointCollector(_Collector):
 
 class _PoseCollector(_Collector):
     def store(self, sample, receive_ns: int) -> None:
-        self.stamp_ns[self.n] = sample.stamp_ns
+        self.stamp_ns[self.n] = self._stamp(sample.stamp_ns, receive_ns)
         self._row('position', (3,))[self.n] = sample.position
         self._row('quaternion', (4,))[self.n] = sample.quaternion
         self._row('yaw', ())[self.n] = sample.yaw
@@ -348,9 +354,8 @@ class _CommandCollector(_Collector):
 
     def __init__(self, parser, capacity: int, safety_button: Optional[int] = None,
                  receive_time: bool = False) -> None:
-        super().__init__(parser, capacity)
+        super().__init__(parser, capacity, receive_time)
         self.safety_button = safety_button
-        self.receive_time = receive_time   # the header stamps are unset: receive times
         self._buttons: Sequence[int] = ()
 
     def add(self, msg: object, receive_ns: int) -> None:
@@ -358,8 +363,7 @@ class _CommandCollector(_Collector):
         super().add(msg, receive_ns)
 
     def store(self, command, receive_ns: int) -> None:
-        unstamped = self.receive_time or command.stamp_ns is None
-        self.stamp_ns[self.n] = receive_ns if unstamped else command.stamp_ns
+        self.stamp_ns[self.n] = self._stamp(command.stamp_ns, receive_ns)
         self._row('throttle', ())[self.n] = command.throttle
         self._row('steering', ())[self.n] = command.steering
         if self.safety_button is not None:
@@ -386,9 +390,10 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
     """
     Read one topic of a supported type into `TopicArrays`, skipping invalid messages.
 
-    receive_time (Joy, TwistStamped): stamp the commands with their receive times. Taken by
-    itself when every header stamp of such a topic is 0: teleop nodes that leave the header
-    unset would otherwise lose every command of a recording (zero_stamp).
+    receive_time (types with a header): stamp the messages with their receive times. Taken
+    by itself when every header stamp of the topic is 0: a publisher that leaves the header
+    unset (a teleop node, a hand-written joint state publisher) would otherwise lose every
+    message of a recording (zero_stamp).
 
     Header stamps are ordered over the whole topic (`ordered_rows`): the fewest messages are
     dropped so that they increase, counted as stamp_backwards or stamp_repeated and logged.
@@ -439,12 +444,13 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
                           progress=progress)
     rejections = collector.parser.counter.as_dict()
     zero_stamps = rejections.get(Reason.ZERO_STAMP.value, 0)
-    if (msgtype in (JOY, TWIST_STAMPED) and not receive_time and collector.n == 0
-            and 0 < zero_stamps == sum(rejections.values())):
+    if not receive_time and collector.n == 0 and 0 < zero_stamps == sum(rejections.values()):
         LOG.warning('%s:%s: every header stamp is 0 (the publisher leaves it unset): the '
-                    'commands are stamped with their receive times', path, topic)
-        return read_topic(path, topic, mapping=mapping, safety_button=safety_button,
-                          typestore=typestore, progress=progress, receive_time=True)
+                    'messages are stamped with their receive times', path, topic)
+        return read_topic(path, topic, joint_names=joint_names, position=position,
+                          velocity=velocity, effort=effort, mapping=mapping, size=size,
+                          safety_button=safety_button, typestore=typestore, progress=progress,
+                          receive_time=True)
     unstamped = msgtype in (TWIST, FLOAT64_MULTI_ARRAY) or receive_time
     stamp_source = 'receive' if unstamped else 'header'
     fields = collector.finish(f'{path}:{topic}', stamp_source == 'header')   # may drop rows
@@ -476,16 +482,18 @@ def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity
                     mapping: CommandMapping, size: Optional[int],
                     safety_button: Optional[int] = None,
                     receive_time: bool = False) -> _Collector:
+    stamps = not receive_time   # unset header stamps (all 0) are not checked
     if msgtype == JOINT_STATE:
-        parser = JointStateParser(joint_names, position, velocity, effort, bounds=UNORDERED)
-        return _JointCollector(parser, capacity)
+        parser = JointStateParser(joint_names, position, velocity, effort, check_stamps=stamps,
+                                  bounds=UNORDERED)
+        return _JointCollector(parser, capacity, receive_time)
     if msgtype == POSE_STAMPED:
-        return _PoseCollector(PoseParser(bounds=UNORDERED), capacity)
+        return _PoseCollector(PoseParser(check_stamps=stamps, bounds=UNORDERED), capacity,
+                              receive_time)
     if msgtype == FLOAT64_MULTI_ARRAY:
         return _ArrayCollector(ArrayParser(size), capacity)
-    return _CommandCollector(CarCommandParser(mapping, check_stamps=not receive_time,
-                                              bounds=UNORDERED), capacity, safety_button,
-                             receive_time)
+    return _CommandCollector(CarCommandParser(mapping, check_stamps=stamps, bounds=UNORDERED),
+                             capacity, safety_button, receive_time)
 
 
 def ordered_rows(stamp_ns: np.ndarray) -> np.ndarray:

@@ -176,7 +176,8 @@ class StampCheck:
     def check(self, stamp_ns: int) -> Optional[Result]:
         """Return None when stamp_ns is acceptable, else the rejection."""
         if stamp_ns == 0:
-            return _reject(Reason.ZERO_STAMP, 'header stamp is 0')
+            return _reject(Reason.ZERO_STAMP, 'header stamp is 0: the publisher leaves it '
+                           'unset (stamp each message, e.g. get_clock().now().to_msg())')
         if stamp_ns < 0:
             return _reject(Reason.NEGATIVE_STAMP, f'stamp {stamp_ns} ns is before 1970')
         b = self.bounds
