@@ -203,6 +203,25 @@ def _drive(pose, twist, command, k: int, speed: float = 1.0) -> None:
     time.sleep(0.02)
 
 
+def _drive_until_training(probe_name: str, log, timeout: float,
+                          speed=lambda k: 1.0, more: int = 0) -> None:
+    """Drive car_model_learner (50 Hz states) until its log shows training, then `more`."""
+    with TestNode(probe_name) as probe:
+        pose = probe.node.create_publisher(PoseStamped, 'car/pose', qos_profile_sensor_data)
+        twist = probe.node.create_publisher(TwistStamped, 'car/twist', qos_profile_sensor_data)
+        command = probe.node.create_publisher(Twist, 'command', 10)
+        assert wait_for(lambda: command.get_subscription_count() > 0, 60.0), log.read_text()
+        sent = [0]
+
+        def training() -> bool:
+            _drive(pose, twist, command, sent[0], speed(sent[0]))
+            sent[0] += 1
+            return re.search(r'steps [1-9]', log.read_text()) is not None
+        assert wait_for(training, timeout, period=0.0), log.read_text()
+        for k in range(sent[0], sent[0] + more):
+            _drive(pose, twist, command, k, speed(k))
+
+
 def test_car_learner_with_an_empty_checkpoint_dir_writes_no_checkpoints(tmp_path):
     """checkpoint_dir '' wrote car_model_*.pt into the working directory of the process."""
     log = tmp_path / 'car_model_learner.log'
@@ -211,22 +230,8 @@ def test_car_learner_with_an_empty_checkpoint_dir_writes_no_checkpoints(tmp_path
             'checkpoint_dir': "''", 'min_transitions': 5, 'batch_size': 8,
             'save_period_s': 0.5, 'model': 'car_bicycle'}), stdout=output, cwd=tmp_path)
     try:
-        with TestNode('car_learner_no_dir_probe') as probe:
-            pose = probe.node.create_publisher(PoseStamped, 'car/pose', qos_profile_sensor_data)
-            twist = probe.node.create_publisher(TwistStamped, 'car/twist',
-                                                qos_profile_sensor_data)
-            command = probe.node.create_publisher(Twist, 'command', 10)
-            assert wait_for(lambda: command.get_subscription_count() > 0, 60.0), \
-                log.read_text()
-            sent = [0]
-
-            def training() -> bool:
-                _drive(pose, twist, command, sent[0])
-                sent[0] += 1
-                return re.search(r'steps [1-9]', log.read_text()) is not None
-            assert wait_for(training, 60.0, period=0.0), log.read_text()
-            for k in range(100):   # 2 s more: four checkpoint periods
-                _drive(pose, twist, command, sent[0] + k)
+        _drive_until_training('car_learner_no_dir_probe', log, 60.0,
+                              more=100)   # 2 s more: four checkpoint periods
         assert process.poll() is None, log.read_text()
     finally:
         assert stop_node(process) == 0, log.read_text()
@@ -241,22 +246,10 @@ def test_car_learner_skips_states_beyond_float32_and_keeps_learning(tmp_path):
         'checkpoint_dir': str(tmp_path / 'models'), 'min_transitions': 5, 'batch_size': 8,
         'model': 'car_mlp'}, log_path=log)
     try:
-        with TestNode('car_learner_huge_probe') as probe:
-            pose = probe.node.create_publisher(PoseStamped, 'car/pose', qos_profile_sensor_data)
-            twist = probe.node.create_publisher(TwistStamped, 'car/twist',
-                                                qos_profile_sensor_data)
-            command = probe.node.create_publisher(Twist, 'command', 10)
-            assert wait_for(lambda: command.get_subscription_count() > 0, 60.0), \
-                log.read_text()
-            sent = [0]
-
-            def training() -> bool:
-                _drive(pose, twist, command, sent[0], 1e200 if sent[0] % 7 == 3 else 1.0)
-                sent[0] += 1
-                return re.search(r'steps [1-9]', log.read_text()) is not None
-            assert wait_for(training, 30.0, period=0.0), log.read_text()
-            assert re.search(r'out_of_range [1-9]', log.read_text()), log.read_text()
-            assert 'skipped a state beyond float32' in log.read_text()
+        _drive_until_training('car_learner_huge_probe', log, 30.0,
+                              speed=lambda k: 1e200 if k % 7 == 3 else 1.0)
+        assert re.search(r'out_of_range [1-9]', log.read_text()), log.read_text()
+        assert 'skipped a state beyond float32' in log.read_text()
         assert process.poll() is None, log.read_text()
     finally:
         assert stop_node(process) == 0, log.read_text()
