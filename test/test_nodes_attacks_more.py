@@ -7,6 +7,7 @@ car states beyond float32; parameters that once ended a node with a traceback or
 uselessly (an invalid topic name, a model too large to build, a checkpoint_dir that is a
 file, a status_path that is a folder, a record_path that cannot be written).
 """
+import contextlib
 import math
 import re
 import time
@@ -129,18 +130,25 @@ def test_learner_settings_that_cannot_work_are_refused_naming_them(values, why):
                                  for key, value in values.items()})
 
 
+@contextlib.contextmanager
+def _learner_probe(name: str, log):
+    """Yield (diagnostics, a /joint_states publisher, the predictions' joint names)."""
+    with TestNode(name) as probe:
+        counters = watch_diagnostics(probe.node, 'dynamics_learner')
+        states = probe.node.create_publisher(JointState, '/joint_states', 100)
+        answers = Arrivals(probe.node, JointState, '/dynamics_learner/predicted_torques',
+                           lambda msg: list(msg.name))
+        assert wait_for(lambda: states.get_subscription_count() > 0 and counters, 60.0), \
+            log.read_text()
+        yield counters, states, answers
+
+
 def test_learner_adopts_the_arm_not_the_gripper_that_published_first(tmp_path):
     """joint_names unset: a gripper's broadcaster heard first decided the joints for good."""
     log = tmp_path / 'learner.log'
     process = start_node('dynamics_learner', SMALL, log_path=log)
     try:
-        with TestNode('learner_two_broadcasters_probe') as probe:
-            counters = watch_diagnostics(probe.node, 'dynamics_learner')
-            states = probe.node.create_publisher(JointState, '/joint_states', 100)
-            answers = Arrivals(probe.node, JointState, '/dynamics_learner/predicted_torques',
-                               lambda msg: list(msg.name))
-            assert wait_for(lambda: states.get_subscription_count() > 0 and counters, 60.0), \
-                log.read_text()
+        with _learner_probe('learner_two_broadcasters_probe', log) as (counters, states, answers):
             arm_stamp = gripper_stamp = time.time_ns()
             for k in range(300):   # 3 s; the gripper starts 0.2 s before the arm
                 gripper_stamp += 10_000_000
@@ -166,13 +174,7 @@ def test_learner_does_not_adopt_a_message_of_ten_thousand_joints(tmp_path):
     log = tmp_path / 'learner.log'
     process = start_node('dynamics_learner', {**SMALL, 'joint_settle_s': 0.5}, log_path=log)
     try:
-        with TestNode('learner_huge_message_probe') as probe:
-            counters = watch_diagnostics(probe.node, 'dynamics_learner')
-            states = probe.node.create_publisher(JointState, '/joint_states', 100)
-            answers = Arrivals(probe.node, JointState, '/dynamics_learner/predicted_torques',
-                               lambda msg: list(msg.name))
-            assert wait_for(lambda: states.get_subscription_count() > 0 and counters, 60.0), \
-                log.read_text()
+        with _learner_probe('learner_huge_message_probe', log) as (counters, states, answers):
             stamp = time.time_ns()
             huge = [f'x{i}' for i in range(10_000)]
             states.publish(joint_state_msg(stamp, huge, np.zeros(10_000), np.zeros(10_000)))
