@@ -402,3 +402,48 @@ def test_joy_commands_whose_publisher_leaves_the_stamp_unset_use_receive_times(t
     commands = bag_io.read_topic(mixed, '/joy', mapping=CommandMapping(1, 0))
     assert commands.stamp_source == 'header'
     assert commands.rejections == {'accepted': 50, 'zero_stamp': 50}
+
+
+@pytest.mark.parametrize('msgtype', ['geometry_msgs/msg/TransformStamped',
+                                     'geometry_msgs/msg/PoseWithCovarianceStamped',
+                                     'nav_msgs/msg/Odometry'])
+def test_mocap_poses_of_other_common_types_read_as_posestamped_does(tmp_path, msgtype):
+    """vicon_bridge publishes TransformStamped; estimators and odometry other pose types."""
+    from rosbags.typesys import get_typestore, Stores
+    drive = circle(10, 50)
+    options = BagOptions('/pose', '/joy', CommandMapping(1, 0))
+    reference = load_car_drives('bag', [write_bag(tmp_path / 'posestamped', drive)], options)
+    store = get_typestore(Stores.ROS2_JAZZY)
+    types = store.types
+    quaternions = bag_io.quaternion_from_yaw(drive.observations[:, 2])
+    with bag_io.BagWriter(tmp_path / 'other', 'sqlite3') as bag:
+        for i, t in enumerate(drive.time):
+            t_ns = bag_io.EPOCH_NS + int(round(t * 1e9))
+            x, y = drive.observations[i, :2]
+            q = types['geometry_msgs/msg/Quaternion'](*quaternions[i])
+            point = types['geometry_msgs/msg/Point'](x=x, y=y, z=0.0)
+            pose = types['geometry_msgs/msg/Pose'](position=point, orientation=q)
+            covariant = types['geometry_msgs/msg/PoseWithCovariance'](pose=pose,
+                                                                      covariance=np.zeros(36))
+            header = bag.header(t_ns, 'world')
+            if msgtype.endswith('TransformStamped'):
+                msg = types[msgtype](header=header, child_frame_id='car', transform=types[
+                    'geometry_msgs/msg/Transform'](translation=types[
+                        'geometry_msgs/msg/Vector3'](x=x, y=y, z=0.0), rotation=q))
+            elif msgtype.endswith('Odometry'):
+                vector = types['geometry_msgs/msg/Vector3'](x=0.0, y=0.0, z=0.0)
+                msg = types[msgtype](header=header, child_frame_id='car', pose=covariant,
+                                     twist=types['geometry_msgs/msg/TwistWithCovariance'](
+                                         twist=types['geometry_msgs/msg/Twist'](
+                                             linear=vector, angular=vector),
+                                         covariance=np.zeros(36)))
+            else:
+                msg = types[msgtype](header=header, pose=covariant)
+            bag.write('/pose', msgtype, t_ns, msg)
+            axes = np.array([drive.actions[i, 1], drive.actions[i, 0]], np.float32)
+            joy = types[JOY](header=bag.header(t_ns), axes=axes,
+                             buttons=np.array([0, 0, 1], np.int32))
+            bag.write('/joy', JOY, t_ns, joy)
+    drives = load_car_drives('bag', [tmp_path / 'other'], options)
+    np.testing.assert_allclose(drives[0].observations, reference[0].observations, atol=1e-9)
+    np.testing.assert_array_equal(drives[0].actions, reference[0].actions)

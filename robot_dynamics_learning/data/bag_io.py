@@ -21,9 +21,9 @@ import numpy as np
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.messages import (
     ArrayParser, CarCommandParser, choose_joint_set, CommandMapping, FieldNeed,
-    FLOAT64_MULTI_ARRAY, JOINT_STATE, JointStateParser, JOY, POSE_STAMPED, PoseParser,
-    quaternion_from_yaw, Reason, RELOCK_AFTER, Result, StampBounds, SUPPORTED_TYPES, TWIST,
-    TWIST_STAMPED)
+    FLOAT64_MULTI_ARRAY, JOINT_STATE, JointStateParser, JOY, POSE_STAMPED, POSE_TYPES,
+    PoseParser, quaternion_from_yaw, Reason, RELOCK_AFTER, Result, StampBounds,
+    SUPPORTED_TYPES, TWIST, TWIST_STAMPED)
 from robot_dynamics_learning.data.trajectory import Trajectory
 from rosbags.highlevel import AnyReader, AnyReaderError
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
@@ -487,7 +487,7 @@ def _make_collector(msgtype: str, capacity: int, joint_names, position, velocity
         parser = JointStateParser(joint_names, position, velocity, effort, check_stamps=stamps,
                                   bounds=UNORDERED)
         return _JointCollector(parser, capacity, receive_time)
-    if msgtype == POSE_STAMPED:
+    if msgtype in POSE_TYPES:
         return _PoseCollector(PoseParser(check_stamps=stamps, bounds=UNORDERED), capacity,
                               receive_time)
     if msgtype == FLOAT64_MULTI_ARRAY:
@@ -636,9 +636,9 @@ def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
     messages (NaN, bad quaternions, backwards stamps) are logged with their counts.
     """
     poses = read_topic(path, pose_topic, typestore=typestore, progress=progress)
-    if poses.msgtype != POSE_STAMPED:
-        raise ValueError(f"{path}: pose topic '{pose_topic}' is {poses.msgtype}, not "
-                         f'{POSE_STAMPED}')
+    if poses.msgtype not in POSE_TYPES:
+        raise ValueError(f"{path}: pose topic '{pose_topic}' is {poses.msgtype}, not one of "
+                         f'{list(POSE_TYPES)}')
     commands = read_topic(path, command_topic, mapping=mapping, safety_button=safety_button,
                           typestore=typestore, progress=progress)
     if commands.msgtype not in CAR_COMMAND_TYPES:
@@ -885,7 +885,7 @@ def write_topic_arrays(path: PathLike, topics: Sequence[TopicArrays], storage: s
             if arrays.msgtype == JOINT_STATE:
                 msg = bag.joint_state(stamp_ns, arrays.joint_names, f.get('position'),
                                       f.get('velocity'), f.get('effort'), arrays.frame_id)
-            elif arrays.msgtype == POSE_STAMPED:
+            elif arrays.msgtype in POSE_TYPES:   # written as PoseStamped
                 msg = bag.pose_stamped(stamp_ns, f['position'], f['quaternion'],
                                        arrays.frame_id)
             elif arrays.msgtype == FLOAT64_MULTI_ARRAY:
@@ -896,7 +896,8 @@ def write_topic_arrays(path: PathLike, topics: Sequence[TopicArrays], storage: s
                 msg = bag.twist_stamped(stamp_ns, f['throttle'], f['steering'], mapping)
             else:
                 msg = bag.joy(stamp_ns, f['throttle'], f['steering'], mapping)
-            bag.write(arrays.topic, arrays.msgtype, receive_ns, msg)
+            msgtype = POSE_STAMPED if arrays.msgtype in POSE_TYPES else arrays.msgtype
+            bag.write(arrays.topic, msgtype, receive_ns, msg)
         return bag.count
 
 

@@ -25,7 +25,11 @@ TWIST_STAMPED = 'geometry_msgs/msg/TwistStamped'
 JOY = 'sensor_msgs/msg/Joy'
 FLOAT64_MULTI_ARRAY = 'std_msgs/msg/Float64MultiArray'
 COMMAND_TYPES = (TWIST, TWIST_STAMPED, JOY)
-SUPPORTED_TYPES = (JOINT_STATE, POSE_STAMPED, TWIST, TWIST_STAMPED, JOY, FLOAT64_MULTI_ARRAY)
+# Motion capture and odometry poses: vrpn_mocap (PoseStamped), vicon_bridge and tf-style
+# publishers (TransformStamped), pose estimators (PoseWithCovarianceStamped), odometry.
+POSE_TYPES = (POSE_STAMPED, 'geometry_msgs/msg/TransformStamped',
+              'geometry_msgs/msg/PoseWithCovarianceStamped', 'nav_msgs/msg/Odometry')
+SUPPORTED_TYPES = (JOINT_STATE, *POSE_TYPES, TWIST, TWIST_STAMPED, JOY, FLOAT64_MULTI_ARRAY)
 
 T = TypeVar('T')
 
@@ -499,7 +503,7 @@ class PoseSample:
 
 class PoseParser(_Parser):
     """
-    geometry_msgs/PoseStamped -> `PoseSample` (frame as in the message).
+    A stamped pose (`POSE_TYPES`) -> `PoseSample` (frame as in the message).
 
     The quaternion's norm must be within quaternion_tolerance of 1 (a zero or garbage
     orientation is rejected, not normalised into a wrong yaw); it is kept as sent, so poses
@@ -517,7 +521,7 @@ class PoseParser(_Parser):
         bad_stamp = self._check_stamp(stamp_ns)
         if bad_stamp is not None and bad_stamp.reason in _EARLY:
             return bad_stamp
-        p, o = msg.pose.position, msg.pose.orientation
+        p, o = _position_and_orientation(msg)
         position = np.array([p.x, p.y, p.z], dtype=np.float64)
         quaternion = np.array([o.x, o.y, o.z, o.w], dtype=np.float64)
         if not (np.isfinite(position).all() and np.isfinite(quaternion).all()):
@@ -530,6 +534,14 @@ class PoseParser(_Parser):
         reset = self._accept_stamp(stamp_ns)
         return Result(PoseSample(stamp_ns, str(msg.header.frame_id), position, quaternion,
                                  yaw_from_quaternion(*quaternion), reset))
+
+
+def _position_and_orientation(msg: object) -> Tuple[object, object]:
+    """Return the (position, orientation) of any of `POSE_TYPES`, told apart by attributes."""
+    if hasattr(msg, 'transform'):   # TransformStamped
+        return msg.transform.translation, msg.transform.rotation
+    pose = msg.pose.pose if hasattr(msg.pose, 'pose') else msg.pose   # with covariance
+    return pose.position, pose.orientation
 
 
 MIN_SCALE = 1e-3   # command scales in [1e-3, 1e3]: 1e-300 would send 0.5 throttle as 5e299
