@@ -298,3 +298,38 @@ def test_closed_loop_three_laps_full_solver(tmp_path):
                              mocap_rate_hz=120.0)
     assert result['laps'] >= 3.0, result
     assert result['max_lateral_m'] < result['half_width_m'], result
+
+
+def test_estimator_takes_vicon_bridge_transforms_with_pose_type(tmp_path):
+    """vicon_bridge publishes TransformStamped: pose_type names it instead of a relay node."""
+    from geometry_msgs.msg import TransformStamped
+    log = tmp_path / 'estimator.log'
+    process = start_node('car_state_estimator', {'pose_type': 'transform_stamped'},
+                         log_path=log)
+    try:
+        with TestNode('estimator_transform_probe') as probe:
+            twists = []
+            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
+                                           qos_profile_sensor_data)
+            publisher = probe.node.create_publisher(TransformStamped, 'mocap_pose',
+                                                    qos_profile_sensor_data)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0), \
+                log.read_text()
+            start_ns, speed = time.time_ns(), 1.2
+            for i in range(240):
+                t = i / 240.0
+                pose = planar_pose_msg(start_ns + int(t * 1e9), speed * t, 0.0, 0.0)
+                msg = TransformStamped(header=pose.header, child_frame_id='car')
+                msg.transform.translation.x = pose.pose.position.x
+                msg.transform.rotation = pose.pose.orientation
+                publisher.publish(msg)
+                time.sleep(1.0 / 240.0)
+            assert wait_for(lambda: len(twists) > 50, 5.0), log.read_text()
+            assert np.median([m.twist.linear.x for m in twists[-20:]]) == pytest.approx(
+                speed, abs=0.05)
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+    bad = start_node('car_state_estimator', {'pose_type': 'pose'},
+                     log_path=tmp_path / 'bad.log')
+    assert bad.wait(timeout=30) == 2
+    assert "pose_type must be one of ['pose_stamped'" in (tmp_path / 'bad.log').read_text()

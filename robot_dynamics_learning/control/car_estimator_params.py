@@ -9,7 +9,8 @@ window_s 0.12 (docs/results_car.md section 8).
 from dataclasses import dataclass
 from typing import ClassVar, Tuple
 
-from robot_dynamics_learning.data.messages import CAR_COMMAND_TYPES, CarCommandSettings
+from robot_dynamics_learning.data.messages import (CAR_COMMAND_TYPES, CarCommandSettings,
+                                                   POSE_TYPE_NAMES)
 from robot_dynamics_learning.params import build_from, check_ranges, setting, setting_of
 from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import YawModelConfig
@@ -25,6 +26,9 @@ class CarStateEstimatorConfig(CarCommandSettings):
     command_types: ClassVar[Tuple[str, ...]] = COMMAND_TYPES
     command_type: str = setting('', f'car command message on `command`: {list(COMMAND_TYPES)}'
                                 ' (empty: no subscription, the yaw rate comes from the fit)')
+    pose_type: str = setting('pose_stamped', 'mocap message on `mocap_pose`: '
+                             f'{list(POSE_TYPE_NAMES)} (vrpn_mocap: pose_stamped; vicon_bridge: '
+                             'transform_stamped)')
     window_s: float = setting_of(MocapEstimatorConfig, 'window_s', _FIT.window_s)
     yaw_window_s: float = setting(0.0, 'causal fit window of the yaw (s); 0 = window_s', 0.0,
                                   1.0)
@@ -58,6 +62,9 @@ class CarStateEstimatorConfig(CarCommandSettings):
         """Refuse values that cannot work, naming them."""
         super().__post_init__()
         check_ranges(self)
+        if self.pose_type not in POSE_TYPE_NAMES:
+            raise ValueError(f'pose_type must be one of {list(POSE_TYPE_NAMES)}, got '
+                             f'{self.pose_type!r}')
         self.mocap_config()
         self.yaw_model()
 

@@ -30,6 +30,9 @@ COMMAND_TYPES = (TWIST, TWIST_STAMPED, JOY)
 POSE_TYPES = (POSE_STAMPED, 'geometry_msgs/msg/TransformStamped',
               'geometry_msgs/msg/PoseWithCovarianceStamped', 'nav_msgs/msg/Odometry')
 SUPPORTED_TYPES = (JOINT_STATE, *POSE_TYPES, TWIST, TWIST_STAMPED, JOY, FLOAT64_MULTI_ARRAY)
+# car_state_estimator's pose_type names for POSE_TYPES, in that order.
+POSE_TYPE_NAMES = dict(zip(('pose_stamped', 'transform_stamped',
+                            'pose_with_covariance_stamped', 'odometry'), POSE_TYPES))
 
 T = TypeVar('T')
 

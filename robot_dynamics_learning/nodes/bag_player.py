@@ -12,7 +12,6 @@ ends with one logged line, never a traceback; with every topic played, a topic o
 not installed for rclpy is skipped and counted. Also here: `JointStateCollector`, the
 matching receiver that the demo and the tests use to record what arrives.
 """
-import importlib
 import os
 from pathlib import Path
 import subprocess
@@ -31,21 +30,12 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from robot_dynamics_learning.data.bag_io import open_bag, TopicArrays
 from robot_dynamics_learning.data.bag_player_params import BagPlayerConfig
 from robot_dynamics_learning.data.messages import JOINT_STATE, JointStateParser
-from robot_dynamics_learning.nodes.conversions import clock_msg
+from robot_dynamics_learning.nodes.conversions import clock_msg, message_class
 from robot_dynamics_learning.nodes.parameters import declare_config
 from robot_dynamics_learning.nodes.runtime import spin_node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty
-
-
-def message_class(msgtype: str) -> type:
-    """Return the rclpy class of 'pkg/msg/Type' (its Python package must be installed)."""
-    package, _, name = msgtype.split('/')
-    try:
-        return getattr(importlib.import_module(f'{package}.msg'), name)
-    except (ImportError, AttributeError):
-        raise ValueError(f'message type {msgtype} is not installed for rclpy') from None
 
 
 class BagPlayer(Node):

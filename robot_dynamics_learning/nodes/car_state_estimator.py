@@ -2,9 +2,11 @@
 car_state_estimator: mocap PoseStamped -> smoothed planar pose and body-frame velocities.
 
 Subscribes `mocap_pose` (`geometry_msgs/PoseStamped`, sensor-data QoS, e.g. remapped to
-`/vrpn_mocap/<body>/pose`). Every pose is validated twice: the message parser (data/messages:
-NaN, bad quaternion, zero or backward stamps, stamps more than max_future_stamp_s ahead of the
-node clock: one such pose would otherwise hide every real one after it) and the estimator
+`/vrpn_mocap/<body>/pose`; `pose_type` takes TransformStamped as vicon_bridge sends it,
+PoseWithCovarianceStamped or nav_msgs/Odometry instead). Every pose is validated twice: the
+message parser (data/messages: NaN, bad quaternion, zero or backward stamps, stamps more
+than max_future_stamp_s ahead of the node clock: one such pose would otherwise hide every
+real one after it) and the estimator
 (signals/mocap: out-of-order stamps, jumps beyond max_speed * dt + jump_margin). A stamp
 time_reset_s or more backwards, or ten backwards stamps in a row (a looping bag, a restarted
 simulation), restarts the estimate (counted in time_resets). Accepted poses
@@ -27,10 +29,11 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.car_estimator_params import CarStateEstimatorConfig
+from robot_dynamics_learning.data.messages import POSE_TYPE_NAMES
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
-from robot_dynamics_learning.nodes.conversions import (parse_or_warn, planar_pose_msg,
-                                                       PoseParser, subscribe_commands,
-                                                       time_msg)
+from robot_dynamics_learning.nodes.conversions import (message_class, parse_or_warn,
+                                                       planar_pose_msg, PoseParser,
+                                                       subscribe_commands, time_msg)
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
 from robot_dynamics_learning.nodes.runtime import spin_node
@@ -61,8 +64,8 @@ class CarStateEstimatorNode(Node):
         self.pub_pose = self.create_publisher(PoseStamped, 'car/pose', qos_profile_sensor_data)
         self.pub_twist = self.create_publisher(TwistStamped, 'car/twist',
                                                qos_profile_sensor_data)
-        self.create_subscription(PoseStamped, 'mocap_pose', self._on_pose,
-                                 qos_profile_sensor_data)
+        self.create_subscription(message_class(POSE_TYPE_NAMES[config.pose_type]), 'mocap_pose',
+                                 self._on_pose, qos_profile_sensor_data)
         self.command_parser = None
         self.command_future = 0
         if config.command_type:
@@ -99,7 +102,7 @@ class CarStateEstimatorNode(Node):
             self.get_logger().warn(f'command rejected by the estimator ({reason})',
                                    throttle_duration_sec=2.0)
 
-    def _on_pose(self, msg: PoseStamped) -> None:
+    def _on_pose(self, msg: object) -> None:
         sample = parse_or_warn(self, self.parser, msg, 'pose')
         if sample is None:
             return

@@ -6,6 +6,7 @@ re-exported here, so a node imports one module; this module adds the building of
 rclpy messages. Units as in the messages (SI); stamps are integer nanoseconds.
 """
 import array
+import importlib
 from typing import Optional, Sequence
 
 from builtin_interfaces.msg import Time
@@ -68,6 +69,15 @@ class Float32Guard:
         node.get_logger().warn(f'skipped a sample beyond float32 ({self.skipped} so far): a '
                                'joint value or its derivative', throttle_duration_sec=2.0)
         return False
+
+
+def message_class(msgtype: str) -> type:
+    """Return the rclpy class of 'pkg/msg/Type' (its Python package must be installed)."""
+    package, _, name = msgtype.split('/')
+    try:
+        return getattr(importlib.import_module(f'{package}.msg'), name)
+    except (ImportError, AttributeError):
+        raise ValueError(f'message type {msgtype} is not installed for rclpy') from None
 
 
 def subscribe_commands(node: Node, config: CarCommandSettings, callback,
