@@ -9,7 +9,6 @@ bags without definitions (Humble's `ros2 bag`) fall back to a named typestore. W
 version-8 bags (readable by Humble and later), sqlite3 or MCAP, from `Trajectory` objects or
 `TopicArrays`, with the dataset topic conventions in docs/data.md.
 """
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import heapq
@@ -21,8 +20,8 @@ import numpy as np
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.messages import (
     ArrayParser, CarCommandParser, choose_joint_set, CommandMapping, FieldNeed,
-    FLOAT64_MULTI_ARRAY, JOINT_STATE, JointStateParser, JOY, POSE_STAMPED, POSE_TYPES,
-    PoseParser, quaternion_from_yaw, Reason, RELOCK_AFTER, Result, StampBounds,
+    FLOAT64_MULTI_ARRAY, JOINT_STATE, JointSetTally, JointStateParser, JOY, POSE_STAMPED,
+    POSE_TYPES, PoseParser, quaternion_from_yaw, Reason, RELOCK_AFTER, Result, StampBounds,
     SUPPORTED_TYPES, TWIST, TWIST_STAMPED)
 from robot_dynamics_learning.data.trajectory import Trajectory
 from rosbags.highlevel import AnyReader, AnyReaderError
@@ -286,15 +285,11 @@ class _Collector:
 
 
 class _JointCollector(_Collector):
-    # Distinct other joint sets counted (a message with random names must not grow memory).
-    MAX_OTHER_SETS = 64
-
     def __init__(self, parser: JointStateParser, capacity: int,
                  receive_time: bool = False) -> None:
         super().__init__(parser, capacity, receive_time)
         self.present = dict.fromkeys(JointStateParser.FIELDS, 0)
-        self.other_sets: Counter = Counter()   # joint name set -> its rejected messages
-        self.set_order: Dict[Tuple[str, ...], List[str]] = {}   # a set's first message order
+        self.other_sets = JointSetTally()   # the rejected messages of other joint sets
 
     def add(self, msg: object, receive_ns: int) -> None:
         """Add a message; count it under its joint set when that set is not the one read."""
@@ -303,14 +298,11 @@ class _JointCollector(_Collector):
         if self.n > accepted or self.parser.joint_names is None:
             return
         try:
-            order = [str(n) for n in msg.name]
+            names = [str(n) for n in msg.name]
         except (AttributeError, TypeError):
             return
-        names = tuple(sorted(order))
-        known = len(self.other_sets) < self.MAX_OTHER_SETS or names in self.other_sets
-        if names and names != tuple(sorted(self.parser.joint_names)) and known:
-            self.other_sets[names] += 1
-            self.set_order.setdefault(names, order)
+        if names and set(names) != set(self.parser.joint_names):
+            self.other_sets.add(names)
 
     def store(self, sample, receive_ns: int) -> None:
         self.stamp_ns[self.n] = self._stamp(sample.stamp_ns, receive_ns)
@@ -437,7 +429,7 @@ def read_topic(path: PathLike, topic: str, *, joint_names: Optional[Sequence[str
     if chosen is not None:
         LOG.warning('%s:%s carries several joint sets; reading %s (%d messages), the one with '
                     "the most joints, not the first message's %s (%d): name the joints to "
-                    'choose', path, topic, chosen, collector.other_sets[tuple(sorted(chosen))],
+                    'choose', path, topic, chosen, collector.other_sets.counts()[tuple(chosen)],
                     collector.parser.joint_names, collector.n)
         return read_topic(path, topic, joint_names=chosen, position=position,
                           velocity=velocity, effort=effort, typestore=typestore,
@@ -473,8 +465,7 @@ def _chosen_joint_set(collector: _Collector) -> Optional[List[str]]:
     if not isinstance(collector, _JointCollector) or not collector.other_sets:
         return None
     adopted = tuple(collector.parser.joint_names or ())
-    counts = {tuple(collector.set_order[key]): n for key, n in collector.other_sets.items()}
-    chosen = choose_joint_set({adopted: collector.n, **counts})
+    chosen = choose_joint_set({adopted: collector.n, **collector.other_sets.counts()})
     return None if chosen == adopted else list(chosen)
 
 

@@ -67,7 +67,7 @@ def default_columns(names: Sequence[str]) -> Dict[str, List[str]]:
     spec = {}
     for field in FIELDS:
         if field == 'time':
-            time = _time_column(names)
+            time = time_column(names)
             if time is not None:
                 spec[field] = [glob.escape(time)]
             continue
@@ -78,7 +78,7 @@ def default_columns(names: Sequence[str]) -> Dict[str, List[str]]:
     return spec
 
 
-def _time_column(names: Sequence[str]) -> Optional[str]:
+def time_column(names: Sequence[str]) -> Optional[str]:
     """
     Return the column that `TIME_NAMES` finds first (in any case: 'Time' is common), if any.
 

@@ -406,6 +406,36 @@ def choose_joint_set(counts: Mapping[Tuple[str, ...], int]) -> Tuple[str, ...]:
     return max(eligible, key=lambda names: (len(names), eligible[names]))
 
 
+class JointSetTally:
+    """
+    Messages per joint set, each named in its first message's order, for `choose_joint_set`.
+
+    At most `most_sets` distinct sets are kept: messages of random names must not grow it.
+    """
+
+    def __init__(self, most_sets: int = 64) -> None:
+        self.most_sets = most_sets
+        self._sets: Dict[FrozenSet[str], List] = {}   # set -> [names in first order, count]
+
+    def add(self, names: Sequence[str]) -> None:
+        """Count one message carrying `names`."""
+        key = frozenset(names)
+        entry = self._sets.get(key)
+        if entry is None:
+            if len(self._sets) >= self.most_sets:
+                return
+            entry = self._sets[key] = [tuple(names), 0]
+        entry[1] += 1
+
+    def counts(self) -> Dict[Tuple[str, ...], int]:
+        """Return {names (first order): messages}."""
+        return dict(self._sets.values())
+
+    def __len__(self) -> int:
+        """Return the number of distinct joint sets counted."""
+        return len(self._sets)
+
+
 # joint_names unset: a larger joint set is not adopted (a garbage message of 100k names would
 # become a model of 300k inputs), and at most this many messages wait for the choice.
 MAX_ADOPTED_JOINTS = 128
@@ -427,7 +457,7 @@ class JointSetChoice:
     def __init__(self, settle_s: float) -> None:
         self.settle_s = settle_s
         self.started: Optional[float] = None
-        self.seen: Dict[FrozenSet[str], List] = {}   # set -> [names in first order, count]
+        self.seen = JointSetTally()
         self.held: List[object] = []
 
     def offer(self, msg: object, now: float, names: Optional[Sequence[str]] = None
@@ -447,8 +477,7 @@ class JointSetChoice:
                           f'{MAX_ADOPTED_JOINTS} are not adopted (set joint_names)')
         if self.started is None:
             self.started = now
-        entry = self.seen.setdefault(key, [names, 0])
-        entry[1] += 1
+        self.seen.add(names)
         self.held.append(msg)
         return None
 
@@ -459,7 +488,7 @@ class JointSetChoice:
 
     def choose(self) -> Tuple[Tuple[str, ...], List[Tuple[Tuple[str, ...], int]]]:
         """Return the adopted names (`choose_joint_set`) and the other (names, count) seen."""
-        counts = dict(self.seen.values())
+        counts = self.seen.counts()
         chosen = choose_joint_set(counts)
         return chosen, [(names, n) for names, n in counts.items() if names != chosen]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from robot_dynamics_learning.data.loading import time_column
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.dynamics.identify import identify
 from robot_dynamics_learning.dynamics.model import load_urdf, RobotModel
@@ -72,7 +73,9 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
     data = [str(item) for item in data]
     legacy = _timeless_arrays(data) if dt is None and not columns else None
     if legacy is not None:
-        return legacy(model), None
+        arrays, names = legacy
+        order = _joint_order(names, arrays['q'].shape[1], model, data[0])
+        return tuple(arrays[k][:, order] for k in ARRAYS), None
     config = {'joint_topic': joint_topic, 'acc_window_s': window_s}
     train, test = load_data(data, config, split, columns, dt, model.joint_names)
     if not train:
@@ -82,21 +85,17 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
             _samples(test, model, names) if test else None)
 
 
-def _timeless_arrays(data: Sequence[str]):
-    """Return a reader of the one npz of q, qd, qdd, tau without time in `data`, else None."""
+def _timeless_arrays(data: Sequence[str]
+                     ) -> Optional[Tuple[Dict[str, np.ndarray], Optional[List[str]]]]:
+    """Return (arrays, joint names) of the one npz of q, qd, qdd, tau without time, else None."""
     if len(data) != 1 or Path(data[0]).suffix.lower() != '.npz' or not Path(data[0]).is_file():
         return None
     with np.load(data[0], allow_pickle=False) as archive:
-        files = set(archive.files)
-        if not set(ARRAYS) <= files or files & {'time', 't', 'stamp_ns'}:
+        if not set(ARRAYS) <= set(archive.files) or time_column(archive.files) is not None:
             return None
         arrays = {k: np.asarray(archive[k], dtype=np.float64) for k in ARRAYS}
-        names = archive['joint_names'].tolist() if 'joint_names' in files else None
-
-    def read(model: RobotModel) -> Samples:
-        order = _joint_order(names, arrays['q'].shape[1], model, data[0])
-        return tuple(arrays[k][:, order] for k in ARRAYS)
-    return read
+        names = archive['joint_names'].tolist() if 'joint_names' in archive.files else None
+    return arrays, names
 
 
 def _npz_joint_names(data: Sequence[str]) -> Optional[List[str]]:

@@ -85,12 +85,10 @@ class JointStream:
 def _command_order(joints: Sequence[str], command_joint_names: Optional[Sequence[str]]
                    ) -> List[int]:
     """Return the command array's index of each learned joint (its order: the controller's)."""
+    from robot_dynamics_learning.learning.learner_params import uncommanded
     if not command_joint_names:
         return list(range(len(joints)))
-    missing = [joint for joint in joints if joint not in command_joint_names]
-    if missing:
-        raise ValueError(f'command_joint_names {list(command_joint_names)} lack the learned '
-                         f'joints {missing}')
+    uncommanded(joints, command_joint_names, raise_error=True)   # as dynamics_learner refuses
     return [list(command_joint_names).index(joint) for joint in joints]
 
 
