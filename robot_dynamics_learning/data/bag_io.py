@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import heapq
 import logging
 from pathlib import Path
+import shutil
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -665,6 +666,20 @@ def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
                       source=f'{path}:{pose_topic}+{command_topic}')
 
 
+def close_or_discard(writer: Writer, path: Path, failed: bool) -> None:
+    """
+    Close a bag this process created; if writing it failed, remove it.
+
+    Why: a bag cut short by an error or Ctrl-C still reads as a whole recording, which a
+    later `rdl train` would take for all the data.
+    """
+    try:
+        writer.close()
+    finally:
+        if failed:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 class BagWriter:
     """
     A new rosbag2 (version 8, readable by Humble and later) in sqlite3 or MCAP storage.
@@ -694,9 +709,9 @@ class BagWriter:
             raise FileExistsError(f'{self.path}: {error}') from None
         return self
 
-    def __exit__(self, *exc) -> None:
-        """Finish the bag (metadata.yaml)."""
-        self._writer.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        """Finish the bag (metadata.yaml), or remove it if writing failed."""
+        close_or_discard(self._writer, self.path, failed=exc_type is not None)
 
     def write_raw(self, topic: str, msgtype: str, log_ns: int, raw: bytes) -> None:
         """Write already serialised CDR bytes at log (receive) time log_ns."""
@@ -726,7 +741,9 @@ class BagWriter:
                     effort: Optional[np.ndarray] = None, frame_id: str = '') -> object:
         """Return a JointState; arrays (n,) in names order, None for an empty field."""
         def doubles(values: Optional[np.ndarray]) -> np.ndarray:
-            return np.zeros(0) if values is None else np.asarray(values, dtype=np.float64)
+            # contiguous: a row of a column-major or column-indexed array fails to serialise
+            return (np.zeros(0) if values is None else
+                    np.ascontiguousarray(values, dtype=np.float64))
         return self._types[JOINT_STATE](
             header=self.header(stamp_ns, frame_id), name=list(names),
             position=doubles(position), velocity=doubles(velocity), effort=doubles(effort))

@@ -19,7 +19,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 from mcap.exceptions import McapError
 from mcap.records import Channel, Message, Schema
 from mcap.stream_reader import StreamReader
-from robot_dynamics_learning.data.bag_io import named_typestore, STORAGES
+from robot_dynamics_learning.data.bag_io import close_or_discard, named_typestore, STORAGES
 from rosbags.rosbag2 import Writer
 from rosbags.typesys import get_types_from_msg
 from tqdm import tqdm
@@ -147,6 +147,7 @@ def recover_bag(source: PathLike, out: PathLike, storage: str = 'mcap',
     writer = Writer(out, version=8, storage_plugin=STORAGES[storage])
     writer.open()
     connections: Dict[Tuple[str, str], object] = {}
+    failed = True
     try:
         for path in files:
             read = mcap_messages if path.suffix == '.mcap' else sqlite_messages
@@ -163,8 +164,9 @@ def recover_bag(source: PathLike, out: PathLike, storage: str = 'mcap',
                     connections[key] = connection
                 writer.write(connection, message.receive_ns, message.data)
                 report.messages[message.topic] = report.messages.get(message.topic, 0) + 1
+        failed = False
     finally:
-        writer.close()
+        close_or_discard(writer, out, failed)
     return report
 
 

@@ -17,7 +17,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import zipfile
 
 import numpy as np
-from robot_dynamics_learning.data.trajectory import check_time, JOINT_FIELDS, Trajectory
+from robot_dynamics_learning.data.trajectory import (check_time, default_joint_names, JOINT_FIELDS,
+                                                     Trajectory)
 from robot_dynamics_learning.signals.offline import savgol_derivative
 
 FIELDS = ('time', 'q', 'qd', 'qdd', 'tau', 'observations', 'actions')
@@ -144,7 +145,9 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
     the rows next to a boundary see samples across it). Raises ValueError naming the source
     on a missing, doubly used or non-numeric column, a bad time or dt, or no usable rows.
     """
-    arrays, time, bad_time, _ = _field_arrays(table, columns, dt, source)
+    arrays, time, bad_time, names = _field_arrays(table, columns, dt, source)
+    width = next((a.shape[1] for f, a in arrays.items() if f in JOINT_FIELDS), 0)
+    joint_names = joint_names or _named_joints(table, names, width)
     bad = _skipped_rows(arrays, bad_time, source)
     check_time(time[~bad], source, rows=np.flatnonzero(~bad))
     needs_derivative = _needs_derivative(*(arrays.get(f) for f in ('q', 'qd', 'qdd')))
@@ -218,6 +221,33 @@ def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec]
                          '--columns time=NAME (a name ending in _ns is in nanoseconds) or give '
                          'the sample period with --dt')
     return arrays, np.arange(rows) * float(dt), np.zeros(rows, dtype=bool), names
+
+
+def _named_joints(table: Mapping[str, np.ndarray], names: Mapping[str, Sequence[str]],
+                  width: int) -> Optional[List[str]]:
+    """
+    Return the joint names the file gives, else None (the joints are unnamed).
+
+    An npz of `rdl bag export` holds a `joint_names` array; a CSV names them in its joint
+    columns, as the export writes them ('position_<joint>') or as users do
+    ('q_shoulder_pan', ...). Numbered columns (q_1, q_2, ...) name no joint.
+    """
+    field = next((f for f in JOINT_FIELDS if f in names), None)
+    if field is None:
+        return None
+    columns = names[field]
+    listed = np.asarray(table.get('joint_names', ()))
+    if listed.dtype.kind == 'U' and listed.ndim == 1 and listed.size == width and \
+            len(set(listed.tolist())) == width:
+        return [str(n) for n in listed]
+    prefixes = [f'{field}_'] + [p[:-1] for p in EXPORT_COLUMNS.get(field, []) if p.endswith('*')]
+    for prefix in prefixes:
+        if all(c.startswith(prefix) for c in columns):
+            joints = [c[len(prefix):] for c in columns]
+            if len(joints) == width and all(joints) and len(set(joints)) == width and \
+                    not all(j.isdigit() for j in joints):
+                return joints
+    return None
 
 
 def _nanoseconds_to_seconds(stamps: np.ndarray) -> np.ndarray:
@@ -363,7 +393,7 @@ def trajectory_from_arrays(time: np.ndarray, q: Optional[np.ndarray] = None,
             qdd = savgol_derivative(np.asarray(qd, np.float64), period, derivative_window_s,
                                     order=3, deriv=1)
     width = next((np.shape(a)[1] for a in (q, qd, tau) if a is not None and np.ndim(a) == 2), 0)
-    names = list(joint_names) if joint_names else [f'joint_{i + 1}' for i in range(width)]
+    names = list(joint_names) if joint_names else default_joint_names(width)
     return Trajectory(time=time, joint_names=names, q=q, qd=qd, qdd=qdd, tau=tau,
                       observations=observations, actions=actions, source=source)
 
@@ -413,7 +443,14 @@ def read_table(path: Union[str, Path]) -> Dict[str, np.ndarray]:
                              f'{row[cell]!r}') from None
     if not values.shape[0]:
         raise ValueError(f'{path}: no data rows under the header')
-    return {name: values[:, i] for i, name in enumerate(header)}
+    table = {name: values[:, i] for i, name in enumerate(header)}
+    for k, name in enumerate(header):
+        if name.endswith(NANOSECONDS_SUFFIX):
+            try:
+                table[name] = np.array([int(row[k]) for _, row in lines[1:]], np.int64)
+            except (ValueError, OverflowError):
+                pass   # empty or float cells: the float column stands (rows skipped as NaN)
+    return table
 
 
 def _read_plain_csv(path: Path) -> Optional[Dict[str, np.ndarray]]:
@@ -435,7 +472,19 @@ def _read_plain_csv(path: Path) -> Optional[Dict[str, np.ndarray]]:
     header = [name.strip() for name in header]
     if values.shape[0] == 0 or values.shape[1] != len(header) or len(set(header)) < len(header):
         return None
-    return {name: values[:, i] for i, name in enumerate(header)}
+    table = {name: values[:, i] for i, name in enumerate(header)}
+    stamps = [i for i, name in enumerate(header) if name.endswith(NANOSECONDS_SUFFIX)]
+    if stamps:
+        with open(path, newline='', encoding='utf-8-sig') as handle:
+            next(row for row in csv.reader(handle) if row)
+            try:
+                exact = np.loadtxt(handle, delimiter=',', ndmin=2, comments=None,
+                                   usecols=stamps, dtype=np.int64)
+            except (ValueError, OverflowError):
+                exact = None   # not integer text: the float column stands
+        if exact is not None and exact.shape[0] == values.shape[0]:
+            table.update({header[i]: exact[:, k] for k, i in enumerate(stamps)})
+    return table
 
 
 def _cell(text: str) -> float:

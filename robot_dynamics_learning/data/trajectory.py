@@ -1,10 +1,40 @@
 """One trajectory structure for every data source: shared datasets, bags and simulators."""
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+import logging
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 JOINT_FIELDS = ('q', 'qd', 'qdd', 'tau')
+LOG = logging.getLogger(__name__)
+
+
+def default_joint_names(width: int) -> List[str]:
+    """Return the names of joints the data does not name: 'joint_1', 'joint_2', ..."""
+    return [f'joint_{i + 1}' for i in range(width)]
+
+
+def joint_columns(names: Sequence[str], wanted: Sequence[str], source: str) -> List[int]:
+    """
+    Return the data columns holding the joints `wanted`, in that order, matched by name.
+
+    Why: a bag's JointState or an export lists joints in the driver's order, not the URDF's;
+    a model built from the URDF would be fed the wrong joints without a word. Where either
+    side names no joints (`default_joint_names`: CSV columns q_1, q_2, ..., or a checkpoint
+    of such data) and both have as many, the columns are taken in order, which is logged:
+    only the user knows their order.
+    """
+    names, wanted = [str(n) for n in names], [str(n) for n in wanted]
+    if set(wanted) <= set(names):
+        return [names.index(joint) for joint in wanted]
+    unnamed = default_joint_names(len(names))
+    if len(names) == len(wanted) and unnamed in (names, wanted):
+        LOG.info('%s: the %d unnamed joint columns are taken in the order %s', source,
+                 len(names), wanted)
+        return list(range(len(names)))
+    missing = [joint for joint in wanted if joint not in names]
+    raise ValueError(f'{source}: joints {missing} are not in the data, whose joints are '
+                     f'{names}; the model needs {wanted}')
 
 
 def check_time(time: np.ndarray, source: str = '', rows: Optional[np.ndarray] = None) -> None:
@@ -91,3 +121,19 @@ class Trajectory:
         return Trajectory(time=self.time[start:stop], joint_names=list(self.joint_names),
                           units=dict(self.units), source=f'{self.source}[{start}:{stop}]',
                           **arrays)
+
+    def in_joint_order(self, wanted: Sequence[str]) -> 'Trajectory':
+        """
+        Return the trajectory with the joints `wanted` only, in that order (`joint_columns`).
+
+        Actions as wide as the joints are per-joint commands (as bags and exports hold them)
+        and follow their joints; other actions are kept as they are.
+        """
+        columns = joint_columns(self.joint_names, wanted, self.source)
+        if columns == list(range(len(self.joint_names))):
+            return Trajectory(**{**self.__dict__, 'joint_names': [str(n) for n in wanted]})
+        moved = [*JOINT_FIELDS] + (['actions'] if self.actions is not None and
+                                   self.actions.shape[1] == len(self.joint_names) else [])
+        arrays = {name: getattr(self, name)[:, columns] for name in moved
+                  if getattr(self, name) is not None}
+        return Trajectory(**{**self.__dict__, **arrays, 'joint_names': list(wanted)})

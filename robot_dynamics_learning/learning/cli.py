@@ -32,7 +32,7 @@ from robot_dynamics_learning.learning.report import json_ready
 from robot_dynamics_learning.learning.training import holdout_windows, train_model, TrainConfig
 from robot_dynamics_learning.learning.window_choice import train_choosing_window
 from robot_dynamics_learning.models.base import DynamicsModel
-from robot_dynamics_learning.models.registry import build_model, model_builder
+from robot_dynamics_learning.models.registry import build_model, model_builder, urdf_joint_names
 import torch
 import yaml
 
@@ -161,11 +161,25 @@ def load_data(data: Sequence[str], data_config: Dict[str, Any], split: Optional[
     Files are read with the column spec `columns` ('field=pattern', `data.loading`) and split
     by `split` (default 'time:0.8'); a dataset keeps its fixed split unless `split` is given,
     which then re-splits all its recordings (qdd derived again on each side); a bag is split
-    like files (default 'time:0.8': scoring its training rows, as before, hid overfitting)
-    and read in the order of `joint_names` where given (a checkpoint's joints, by name).
-    Files are read in `column_order` where given (the training's `file_columns`, by name).
+    like files (default 'time:0.8': scoring its training rows, as before, hid overfitting).
+    Where `joint_names` are given (a URDF's or a checkpoint's joints), every source keeps
+    those joints only, in that order, matched by name (`Trajectory.in_joint_order`). Files
+    are read in `column_order` where given (the training's `file_columns`, by name).
     """
-    data = list(data)
+    train, test = _load_data(list(data), data_config, split, columns, dt, joint_names,
+                             column_order)
+    if not joint_names:
+        return train, test
+    return ([t.in_joint_order(joint_names) for t in train],
+            [t.in_joint_order(joint_names) for t in test])
+
+
+def _load_data(data: List[str], data_config: Dict[str, Any], split: Optional[str],
+               columns: Sequence[str], dt: Optional[float],
+               joint_names: Optional[Sequence[str]],
+               column_order: Optional[Dict[str, List[str]]]
+               ) -> Tuple[List[Trajectory], List[Trajectory]]:
+    """`load_data` before the joints are put in order (a bag is read by name already)."""
     if _all_files(data):
         resolved = [Path(item).resolve() for item in data]
         twice = sorted({item for item, path in zip(data, resolved) if resolved.count(path) > 1})
@@ -241,7 +255,8 @@ def run_train(args: argparse.Namespace) -> int:
                                           **({'seed': args.seed} if args.seed is not None
                                              else {})})
     torch.manual_seed(train_config.seed)
-    trajectories, test = load_data(args.data, data_config, args.split, args.columns, args.dt)
+    trajectories, test = load_data(args.data, data_config, args.split, args.columns, args.dt,
+                                   urdf_joint_names(config['model_type'], config.get('model')))
     if not trajectories:
         raise ValueError(f'the split {args.split or "time:0.8"} leaves no training data')
     if not test:

@@ -9,13 +9,12 @@ without a time column, the first input format, is still read whole.
 """
 import argparse
 import json
-import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from robot_dynamics_learning.data.loading import time_column
-from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.data.trajectory import default_joint_names, joint_columns, Trajectory
 from robot_dynamics_learning.dynamics.identify import identify
 from robot_dynamics_learning.dynamics.model import load_urdf, RobotModel
 from robot_dynamics_learning.learning.cli import data_arguments, load_data
@@ -23,7 +22,6 @@ from robot_dynamics_learning.learning.metrics import nmse_per_output, quiet_targ
 from robot_dynamics_learning.resources import resource
 import torch
 
-LOG = logging.getLogger(__name__)
 ARRAYS = ('q', 'qd', 'qdd', 'tau')
 Samples = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -67,22 +65,21 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
     """
     Return (fit, held out or None): (q, qd, qdd, tau) arrays (N, n) in the model's joint order.
 
-    Bags and npz files carrying joint names are matched to the URDF's joints by name; CSV
-    columns are taken in the URDF's joint order.
+    Joints are matched to the URDF's by name where the data name them (bags, exports, CSV
+    columns such as q_<joint>); unnamed joint columns are taken in the URDF's order.
     """
     data = [str(item) for item in data]
     legacy = _timeless_arrays(data) if dt is None and not columns else None
     if legacy is not None:
         arrays, names = legacy
-        order = _joint_order(names, arrays['q'].shape[1], model, data[0])
+        width = arrays['q'].shape[1]
+        order = joint_columns(names or default_joint_names(width), model.joint_names, data[0])
         return tuple(arrays[k][:, order] for k in ARRAYS), None
     config = {'joint_topic': joint_topic, 'acc_window_s': window_s}
     train, test = load_data(data, config, split, columns, dt, model.joint_names)
     if not train:
         raise ValueError(f'the split {split or "time:0.8"} leaves no data to identify from')
-    names = _npz_joint_names(data)
-    return (_samples(train, model, names),
-            _samples(test, model, names) if test else None)
+    return _samples(train), _samples(test) if test else None
 
 
 def _timeless_arrays(data: Sequence[str]
@@ -98,50 +95,14 @@ def _timeless_arrays(data: Sequence[str]
     return arrays, names
 
 
-def _npz_joint_names(data: Sequence[str]) -> Optional[List[str]]:
-    """Return the joint_names array of npz inputs (`rdl bag export` writes it), if any."""
-    found = []
-    for item in data:
-        if Path(item).suffix.lower() == '.npz' and Path(item).is_file():
-            with np.load(item, allow_pickle=False) as archive:
-                if 'joint_names' in archive.files:
-                    found.append([str(n) for n in archive['joint_names'].tolist()])
-    if found and any(names != found[0] for names in found):
-        raise ValueError(f'the npz files name different joints: {found}')
-    return found[0] if found else None
-
-
-def _samples(trajectories: Sequence[Trajectory], model: RobotModel,
-             names: Optional[List[str]]) -> Samples:
-    """Stack the pieces' q, qd, qdd, tau in the model's joint order."""
+def _samples(trajectories: Sequence[Trajectory]) -> Samples:
+    """Stack the pieces' q, qd, qdd, tau (`load_data` put them in the model's joint order)."""
     first = trajectories[0]
     missing = [k for k in ARRAYS if getattr(first, k) is None]
     if missing:
         raise ValueError(f'{first.source}: no {missing}: identification needs joint '
                          'positions, velocities, accelerations and torques')
-    order = _joint_order(names or first.joint_names, first.q.shape[1], model, first.source)
-    return tuple(np.concatenate([getattr(t, k) for t in trajectories])[:, order]
-                 for k in ARRAYS)
-
-
-def _joint_order(names: Optional[Sequence[str]], width: int, model: RobotModel,
-                 source: str) -> List[int]:
-    """
-    Return the data columns of the model's joints: by name where the data name them all.
-
-    Columns without joint names (CSV: 'joint_1', 'joint_2', ...) are taken in the URDF's
-    order, which is logged.
-    """
-    names = [str(n) for n in names] if names is not None else []
-    if names and set(model.joint_names) <= set(names):
-        return [names.index(joint) for joint in model.joint_names]
-    unnamed = names in ([], [f'joint_{i + 1}' for i in range(width)])
-    if unnamed and width == model.n_dof:
-        LOG.info('%s: the %d joint columns are taken in the URDF order %s', source, width,
-                 model.joint_names)
-        return list(range(width))
-    raise ValueError(f'{source}: joints {list(model.joint_names)} of robot {model.name!r} are not '
-                     f'in the data (data joints: {names or width})')
+    return tuple(np.concatenate([getattr(t, k) for t in trajectories]) for k in ARRAYS)
 
 
 def _held_out_nmse(result, samples: Samples) -> np.ndarray:

@@ -28,6 +28,7 @@ from robot_dynamics_learning.data.messages import (FieldNeed, FLOAT64_MULTI_ARRA
                                                    JOINT_STATE, JointSetChoice,
                                                    JointStateParser, Reason, RELOCK_AFTER,
                                                    StampBounds)
+from robot_dynamics_learning.data.trajectory import joint_columns
 from tqdm import tqdm
 
 if TYPE_CHECKING:   # torch is imported lazily, when a model is built
@@ -80,6 +81,12 @@ class JointStream:
     def duration_s(self) -> float:
         """Return the bag time the samples span (receive times)."""
         return float(self.receive_s[-1] - self.receive_s[0]) if len(self) > 1 else 0.0
+
+    def in_joint_order(self, wanted: Sequence[str]) -> 'JointStream':
+        """Return the stream with the joints `wanted` only, in that order (`joint_columns`)."""
+        columns = joint_columns(self.joint_names, wanted, self.topic)
+        return dataclasses.replace(self, joint_names=list(wanted), q=self.q[:, columns],
+                                   qd=self.qd[:, columns], tau=self.tau[:, columns])
 
 
 def _command_order(joints: Sequence[str], command_joint_names: Optional[Sequence[str]]

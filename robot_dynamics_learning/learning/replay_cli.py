@@ -5,6 +5,10 @@ Imports stay inside the handler so that `rdl --help` does not load torch.
 """
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # no torch or rosbags at `rdl --help`
+    from robot_dynamics_learning.learning.replay import JointStream
 
 MODEL_CHOICES = ('lstm', 'ac_rkn_inverse', 'ffnn', 'hybrid', 'rigid_body', 'gp')
 
@@ -64,6 +68,8 @@ def run_replay(args: argparse.Namespace) -> int:
         float(params.get('time_reset_s', 0.5)), args.typestore, progress=True,
         joint_settle_s=float(params.get('joint_settle_s', 1.0)),
         command_joint_names=params.get('command_joint_names') or None)
+    if args.urdf and not args.joints:
+        stream = _in_urdf_order(stream, args.urdf)
     print(f'{stream.topic}: {len(stream)} samples, {stream.duration_s:.1f} s at '
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
           f'{stream.torque_source}', flush=True)
@@ -79,3 +85,17 @@ def run_replay(args: argparse.Namespace) -> int:
     print(report.verdict_line(metrics))
     print(f'report: {args.out / "report.md"}')
     return 0
+
+
+def _in_urdf_order(stream: 'JointStream', urdf: str) -> 'JointStream':
+    """
+    Return the stream in the URDF's joint order, as dynamics_learner reads it for such models.
+
+    A bag lacking the URDF's joints keeps its own: its URDF models are then skipped, saying why.
+    """
+    from robot_dynamics_learning.models.registry import urdf_joint_names
+    try:
+        return stream.in_joint_order(urdf_joint_names('rigid_body', {'urdf': urdf}))
+    except ValueError as error:
+        print(f'{error}: the URDF models are skipped', flush=True)
+        return stream

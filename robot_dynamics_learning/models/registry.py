@@ -50,6 +50,22 @@ def builds_from_urdf(model_type: str, config: Any) -> bool:
                                               and bool(config.get('urdf')))
 
 
+def urdf_joint_names(model_type: str, config: Optional[Dict[str, Any]]
+                     ) -> Optional[Tuple[str, ...]]:
+    """
+    Return the joints of the URDF the model is built from, in its order (None: no URDF).
+
+    Data must be read in this order before the model is built: its widths, and every
+    column, are taken as the URDF's joints.
+    """
+    if not builds_from_urdf(model_type, config):
+        return None
+    from robot_dynamics_learning.dynamics import load_urdf
+    from robot_dynamics_learning.models.hybrid import RigidBodyConfig
+    urdf = model_builder(model_type).config_class.from_dict(config).urdf
+    return tuple(load_urdf(RigidBodyConfig(urdf=urdf).path()).joint_names)
+
+
 def model_builder(model_type: str) -> Callable[..., DynamicsModel]:
     """Return the builder registered for `model_type`; unknown types are a ValueError."""
     if model_type not in _REGISTRY:

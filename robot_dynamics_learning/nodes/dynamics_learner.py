@@ -39,18 +39,16 @@ import numpy as np
 from rclpy.exceptions import InvalidTopicNameException
 from rclpy.qos import HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 from robot_dynamics_learning.data.messages import JointSetChoice, Reason, Result
-from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.checkpoint import (CheckpointDirectory, CheckpointMismatch,
                                                          save_to_directory)
 from robot_dynamics_learning.learning.continual import ContinualLearner, InverseDynamicsStream
 from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConfig,
                                                              model_config_class,
-                                                             model_settings, uncommanded,
-                                                             URDF_MODELS)
+                                                             model_settings, uncommanded)
 from robot_dynamics_learning.learning.prequential import (LatencyLog, Recorder,
                                                           saved_variance_scale)
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
-from robot_dynamics_learning.models.registry import build_model, model_builder
+from robot_dynamics_learning.models.registry import build_model, urdf_joint_names
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed, Float32Guard,
                                                        JointStateParser,
                                                        PredictedTorquePublisher)
@@ -126,13 +124,13 @@ class DynamicsLearnerNode(ManagedNode):
         self.model_type = params.model
         # Checked at start, naming the model: not at the first message.
         self.model_config = model_settings(params.model, params.model_config, params.urdf)
-        config = model_builder(self.model_type).config_class.from_dict(self.model_config)
         torch.set_num_threads(params.torch_threads)
         names = list(params.joint_names or ())
         self._urdf_joints: Optional[List[str]] = None
-        if not names and self.model_type in URDF_MODELS:
+        urdf_joints = urdf_joint_names(self.model_type, self.model_config)
+        if not names and urdf_joints:
             # Physics models need the URDF's joint order: messages are reordered by name.
-            names = self._urdf_joints = list(load_urdf(config.path()).joint_names)
+            names = self._urdf_joints = list(urdf_joints)
         self.torque_source = params.torque_source
         # Stamps bounded against the node clock; a jump back by time_reset_s is a reset,
         # flagged by the parser only once the whole message is valid.
