@@ -29,6 +29,9 @@ class CarStateEstimatorConfig(CarCommandSettings):
     pose_type: str = setting('pose_stamped', 'mocap message on `mocap_pose`: '
                              f'{list(POSE_TYPE_NAMES)} (vrpn_mocap: pose_stamped; vicon_bridge: '
                              'transform_stamped)')
+    yaw_offset_deg: float = setting(0.0, 'degrees added to the mocap yaw, for a rigid body '
+                                    "whose x axis is not the car's forward (the log says so "
+                                    'when the car travels off its heading)', -360.0, 360.0)
     window_s: float = setting_of(MocapEstimatorConfig, 'window_s', _FIT.window_s)
     yaw_window_s: float = setting(0.0, 'causal fit window of the yaw (s); 0 = window_s', 0.0,
                                   1.0)

@@ -201,6 +201,12 @@ def _bag_arguments(parser: argparse.ArgumentParser) -> None:
                         help='Joy deadman button index: throttle counts as 0 while released')
     parser.add_argument('--typestore', default='jazzy', choices=('humble', 'jazzy', 'kilted'),
                         help='types for bags without definitions')
+    parser.add_argument('--yaw-offset-deg', type=float, default=0.0,
+                        help='bags and CSV files: degrees added to the mocap yaw, for a rigid '
+                             "body whose x axis is not the car's forward (default 0)")
+    parser.add_argument('--no-heading-check', dest='heading_check', action='store_false',
+                        help='keep recordings whose car travels sideways or backward against '
+                             'its mocap heading (refused by default: a wrong rigid-body axis)')
 
 
 def _data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -239,7 +245,8 @@ def _bag_options(args: argparse.Namespace) -> BagOptions:
     return BagOptions(args.pose_topic, args.command_topic,
                       CommandMapping(args.throttle_axis, args.steering_axis,
                                      args.throttle_scale, args.steering_scale),
-                      args.safety_button, args.typestore)
+                      args.safety_button, args.typestore, args.yaw_offset_deg,
+                      args.heading_check)
 
 
 def _load_data(args: argparse.Namespace, h: float, test_only: bool = False):

@@ -2,19 +2,26 @@
 A user's own car recordings: rosbag2 folders and DART-style CSV trees -> car drives.
 
 Bags: PoseStamped mocap poses plus Joy, Twist or TwistStamped commands, with the topics,
-Joy axes, scales and the Joy deadman button as options (`BagOptions`). CSV trees: any
+Joy axes, scales and the Joy deadman button as options (`BagOptions`). Both sources take a
+yaw offset (a mocap rigid body whose x axis is not the car's forward) and are checked for it
+(`data/car_heading.py`): a car that travels sideways or backward against its heading is
+refused, naming the offset to set. CSV trees: any
 folder holding DART-style CSV files with Vicon columns at any depth (the DART repository's
 `<set>/<file>.csv` and `<set>/csv/<file>.csv` layouts both work); files without Vicon columns
 (IMU-only recordings) are skipped. A user's data is damaged in ordinary ways (a truncated
 last line, a mocap NaN, a file that is not a recording at all): what is skipped is logged
 with its reason and count, and only data that is unusable as a whole is an error.
 """
+import dataclasses
 from dataclasses import dataclass, field
 import logging
+import math
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+import numpy as np
 from robot_dynamics_learning.data import bag_io
+from robot_dynamics_learning.data.car_heading import judge_drives
 from robot_dynamics_learning.data.datasets import is_vicon_csv, load_rc_car
 from robot_dynamics_learning.data.messages import CommandMapping
 from robot_dynamics_learning.data.trajectory import Trajectory
@@ -25,13 +32,21 @@ SOURCES = ('sim', 'dart', 'bag', 'csv')
 
 @dataclass(frozen=True)
 class BagOptions:
-    """Topics, command mapping and deadman button (Joy index, None: none) of car bags."""
+    """
+    How to read a user's car recordings.
+
+    Bags: topics, command mapping and deadman button (Joy index, None: none). Bags and CSV
+    files: yaw_offset_deg, added to the mocap yaw; heading_check, refuse recordings whose
+    car travels off its heading (`car_heading.HeadingVerdict`).
+    """
 
     pose_topic: str = bag_io.CAR_POSE_TOPIC
     command_topic: str = bag_io.CAR_COMMAND_TOPIC
     mapping: CommandMapping = field(default_factory=CommandMapping)
     safety_button: Optional[int] = None
     typestore: str = 'jazzy'
+    yaw_offset_deg: float = 0.0
+    heading_check: bool = True
 
     def __post_init__(self) -> None:
         """Refuse a negative button index: Python would read it from the end of the list."""
@@ -39,6 +54,21 @@ class BagOptions:
                 isinstance(self.safety_button, int) and self.safety_button >= 0):
             raise ValueError(f'safety_button must be a Joy button index >= 0, got '
                              f'{self.safety_button}')
+        if not (math.isfinite(self.yaw_offset_deg) and abs(self.yaw_offset_deg) <= 360):
+            raise ValueError(f'yaw_offset_deg must be within +-360 degrees, got '
+                             f'{self.yaw_offset_deg}')
+
+
+def oriented(drives: List[Trajectory], options: BagOptions) -> List[Trajectory]:
+    """Return the drives with the yaw offset added, refused if they travel off their heading."""
+    if options.yaw_offset_deg:
+        offset = np.array([0.0, 0.0, math.radians(options.yaw_offset_deg)])
+        drives = [dataclasses.replace(d, observations=d.observations + offset) for d in drives]
+    if options.heading_check:
+        problem = judge_drives(drives).problem()
+        if problem is not None:
+            raise ValueError(problem)
+    return drives
 
 
 def car_csv_files(root: Path) -> List[Path]:
@@ -57,7 +87,8 @@ def car_csv_files(root: Path) -> List[Path]:
     return with_vicon
 
 
-def load_car_csvs(files: Sequence[Path]) -> List[Trajectory]:
+def load_car_csvs(files: Sequence[Path], options: BagOptions = BagOptions()
+                  ) -> List[Trajectory]:
     """Load DART-style CSV files; a file that cannot be read is skipped with its reason."""
     drives, reasons = [], []
     for path in files:
@@ -69,7 +100,7 @@ def load_car_csvs(files: Sequence[Path]) -> List[Trajectory]:
     if not drives:   # the first reason in the error: the warnings may scroll away or be off
         raise ValueError(f'none of the {len(files)} CSV files could be read; the first: '
                          f'{reasons[0]}')
-    return drives
+    return oriented(drives, options)
 
 
 def load_car_bags(paths: Sequence[Path], options: BagOptions = BagOptions(),
@@ -95,7 +126,7 @@ def load_car_bags(paths: Sequence[Path], options: BagOptions = BagOptions(),
         raise ValueError(reasons[0] if len(reasons) == 1 else
                          f'none of the {len(reasons)} bags could be read; the first: '
                          f'{reasons[0]}')
-    return drives
+    return oriented(drives, options)
 
 
 def car_source_files(source: str, paths: Sequence[Path]) -> List[Path]:
@@ -131,4 +162,4 @@ def load_car_drives(source: str, paths: Sequence[Path], options: BagOptions = Ba
                          '--data than --test-data')
     if source == 'bag':
         return load_car_bags(kept, options, progress)
-    return load_car_csvs(kept)
+    return load_car_csvs(kept, options)

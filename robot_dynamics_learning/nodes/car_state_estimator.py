@@ -24,11 +24,15 @@ published on /diagnostics (keys parser_<reason>, rejected_<reason>, command_pars
 command_rejected_<reason>; fit_fallback counts poses answered by the fit) twice a second.
 Parameters: `CarStateEstimatorConfig` (control/car_estimator_params.py).
 """
+import math
+from typing import Optional
+
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.car_estimator_params import CarStateEstimatorConfig
+from robot_dynamics_learning.data.car_heading import TravelMonitor
 from robot_dynamics_learning.data.messages import POSE_TYPE_NAMES
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (message_class, parse_or_warn,
@@ -48,6 +52,10 @@ class CarStateEstimatorNode(Node):
         super().__init__('car_state_estimator')
         config = declare_config(self, CarStateEstimatorConfig)
         self.estimator = CommandedEstimator(config.mocap_config(), config.yaw_model())
+        self.yaw_offset = math.radians(config.yaw_offset_deg)
+        self.travel = TravelMonitor()
+        self.heading_warnings = 0
+        self._throttle: Optional[float] = None
         self._unanswered = 0   # accepted poses in a row without an estimate
         self._previous_ns = None
         refuse_clock_changes(self)
@@ -78,7 +86,8 @@ class CarStateEstimatorNode(Node):
     def counters(self) -> dict:
         """Message-parser and estimator counters in one dict."""
         counters = {**{f'parser_{k}': v for k, v in self.parser.counter.as_dict().items()},
-                    **self.estimator.counters, 'time_resets': self.time_resets}
+                    **self.estimator.counters, 'time_resets': self.time_resets,
+                    'heading_warnings': self.heading_warnings}
         if self.command_parser is not None:
             counters.update({f'command_parser_{k}': v
                              for k, v in self.command_parser.counter.as_dict().items()})
@@ -98,6 +107,8 @@ class CarStateEstimatorNode(Node):
             return
         reason = self.estimator.update_command(stamp_ns * 1e-9, command.throttle,
                                                command.steering)
+        if reason is None:
+            self._throttle = command.throttle
         if reason is not None:
             self.get_logger().warn(f'command rejected by the estimator ({reason})',
                                    throttle_duration_sec=2.0)
@@ -112,7 +123,7 @@ class CarStateEstimatorNode(Node):
             self._last_publish_ns = None
             self.get_logger().warn('pose stamps went back in time: the estimate restarts')
         reason = self.estimator.update(sample.stamp_ns * 1e-9, sample.position[0],
-                                       sample.position[1], sample.yaw)
+                                       sample.position[1], sample.yaw + self.yaw_offset)
         if reason is not None:
             self.get_logger().warn(f'pose rejected by the estimator ({reason})',
                                    throttle_duration_sec=2.0)
@@ -125,6 +136,7 @@ class CarStateEstimatorNode(Node):
                 self._warn_window((sample.stamp_ns - previous) * 1e-9)
             return
         self._unanswered = 0
+        self._check_heading(estimate.state)
         if (self._last_publish_ns is not None
                 and sample.stamp_ns - self._last_publish_ns < self.publish_period_ns):
             return
@@ -138,6 +150,13 @@ class CarStateEstimatorNode(Node):
         twist.twist.linear.x, twist.twist.linear.y = float(state[3]), float(state[4])
         twist.twist.angular.z = float(state[5])
         self.pub_twist.publish(twist)
+
+    def _check_heading(self, state) -> None:
+        """Warn when the car travels off its heading: the rigid body's x axis is not forward."""
+        problem = self.travel.add(float(state[3]), float(state[4]), self._throttle)
+        if problem is not None:
+            self.heading_warnings += 1
+            self.get_logger().warn(problem)
 
     def _warn_window(self, period_s: float) -> None:
         """Say which window would answer: slow mocap (20 Hz) leaves too few poses in it."""

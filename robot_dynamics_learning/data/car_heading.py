@@ -1,0 +1,142 @@
+"""
+Is the mocap heading the car's forward axis? Judged from the way the car travels.
+
+A motion-capture rigid body defined with its x axis to the side or to the back (a common
+slip when the markers are placed) gives a yaw 90 or 180 degrees away from the car's heading.
+Every model then learns a car that drives sideways, the bicycle model's physics and the MPC's
+heading cost are wrong, and nothing fails. Travel at speed shows it: the velocity of a car
+points along its heading (forward, or backward when reversing) except for short slides. On
+the 17 DART Vicon recordings 99.2-100 % of the samples above 0.5 m/s lie within 45 degrees
+of the heading.
+"""
+from dataclasses import dataclass
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.signals.offline import savgol_derivative
+
+MIN_SPEED = 0.5   # m/s: slower travel gives a noisy direction
+MIN_MOVING = 50   # samples at speed needed to judge
+ALONG = math.pi / 4   # travel within 45 degrees of the heading axis counts as along it
+MAX_OFF_SHARE = 0.5   # more travel than this off the forward direction is a wrong heading
+VELOCITY_WINDOW_S = 0.1
+
+
+@dataclass(frozen=True)
+class HeadingVerdict:
+    """
+    How the car travelled relative to its mocap heading, at speeds over `MIN_SPEED`.
+
+    moving: samples at speed; sideways: share of them travelling 45-135 degrees off the
+    heading; backward: share travelling backward among those with a positive throttle (None
+    without throttle or with too few); offset_deg: the circular mean travel direction
+    relative to the heading, the yaw offset that would align the two.
+    """
+
+    moving: int
+    sideways: float
+    backward: Optional[float]
+    offset_deg: float
+
+    def problem(self) -> Optional[str]:
+        """Return why the heading is not the car's forward axis, or None."""
+        if self.moving < MIN_MOVING:
+            return None
+        if self.sideways > MAX_OFF_SHARE:
+            how = f'sideways (45-135 deg off its heading) in {self.sideways:.0%}'
+        elif self.backward is not None and self.backward > MAX_OFF_SHARE:
+            how = f'backward under positive throttle in {self.backward:.0%}'
+        else:
+            return None
+        fix = self.suggested_offset_deg()
+        return (f'the car travels {how} of {self.moving} samples over {MIN_SPEED:g} m/s, '
+                f'at {self.offset_deg:+.0f} deg from the mocap heading on average: the pose '
+                f"x axis is not the car's forward axis. Add {fix:g} deg to the yaw "
+                f'(rdl car: --yaw-offset-deg {fix:g}; car_state_estimator: yaw_offset_deg '
+                f'{fix:g}) or define the rigid body with x forward (a car that does drive '
+                'so: rdl car --no-heading-check)')
+
+    def suggested_offset_deg(self) -> float:
+        """Return the yaw offset to add: the nearest quarter turn where within 15 deg of one."""
+        quarter = 90.0 * round(self.offset_deg / 90.0)
+        fix = quarter if abs(self.offset_deg - quarter) <= 15.0 else round(self.offset_deg)
+        return -180.0 if fix == 180.0 else fix + 0.0
+
+
+def judge_travel(vx: np.ndarray, vy: np.ndarray,
+                 throttle: Optional[np.ndarray] = None) -> HeadingVerdict:
+    """Judge body-frame velocities (m/s; x along the mocap heading) and throttle commands."""
+    vx, vy = np.asarray(vx, np.float64), np.asarray(vy, np.float64)
+    moving = np.isfinite(vx) & np.isfinite(vy) & (np.hypot(vx, vy) > MIN_SPEED)
+    angle = np.arctan2(vy[moving], vx[moving])
+    off = np.abs(angle)
+    sideways = float(np.mean((off >= ALONG) & (off <= math.pi - ALONG))) if angle.size else 0.0
+    backward = None
+    if throttle is not None:
+        pushed = np.asarray(throttle, np.float64)[moving] > 0
+        if pushed.sum() >= MIN_MOVING:
+            backward = float(np.mean(off[pushed] > math.pi - ALONG))
+    offset = math.degrees(math.atan2(np.sin(angle).sum(), np.cos(angle).sum())) \
+        if angle.size else 0.0
+    return HeadingVerdict(int(moving.sum()), sideways, backward, offset)
+
+
+def body_velocity(drive: Trajectory) -> np.ndarray:
+    """Return (T, 2) zero-phase body-frame velocities [vx, vy] of a drive [x, y, yaw]."""
+    x, y, yaw = drive.observations[:, 0], drive.observations[:, 1], drive.observations[:, 2]
+    period = drive.dt
+    vx, vy = (savgol_derivative(p, period, VELOCITY_WINDOW_S, order=2, deriv=1)
+              for p in (x, y))
+    cos, sin = np.cos(yaw), np.sin(yaw)
+    return np.stack([cos * vx + sin * vy, -sin * vx + cos * vy], axis=1)
+
+
+def judge_drives(drives: Sequence[Trajectory]) -> HeadingVerdict:
+    """Judge the travel of every finite stretch of the drives long enough to differentiate."""
+    parts = []
+    for drive in drives:
+        finite = np.all(np.isfinite(drive.observations), axis=1)
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], finite.astype(int), [0]])))
+        for a, b in zip(edges[::2], edges[1::2]):
+            piece = drive.segment(int(a), int(b))
+            if b - a < 5 or piece.time[-1] - piece.time[0] < VELOCITY_WINDOW_S:
+                continue
+            throttle = (piece.actions[:, 0] if piece.actions is not None
+                        else np.full(len(piece), np.nan))
+            parts.append(np.column_stack([body_velocity(piece), throttle]))
+    if not parts:
+        return HeadingVerdict(0, 0.0, None, 0.0)
+    stacked = np.concatenate(parts)
+    return judge_travel(stacked[:, 0], stacked[:, 1], stacked[:, 2])
+
+
+class TravelMonitor:
+    """
+    The same judgement on a live stream of estimates: the last `size` samples at speed.
+
+    Why live too: a car_state_estimator fed a rigid body with x to the side makes the MPC
+    steer a car it believes drives sideways; the log says so within seconds of driving.
+    """
+
+    def __init__(self, size: int = 500, every: int = 100) -> None:
+        self.size, self.every = size, every
+        self._samples = np.zeros((size, 3))
+        self._count = 0
+        self.flagged = False
+
+    def add(self, vx: float, vy: float, throttle: Optional[float]) -> Optional[str]:
+        """Add one estimate; return the problem when it first shows (None otherwise)."""
+        if not math.hypot(vx, vy) > MIN_SPEED:
+            return None
+        self._samples[self._count % self.size] = (vx, vy, math.nan if throttle is None
+                                                  else throttle)
+        self._count += 1
+        if self._count % self.every or self._count < MIN_MOVING:
+            return None
+        held = self._samples[:min(self._count, self.size)]
+        problem = judge_travel(held[:, 0], held[:, 1], held[:, 2]).problem()
+        flagged_now = problem is not None and not self.flagged
+        self.flagged = problem is not None
+        return problem if flagged_now else None

@@ -1,0 +1,108 @@
+"""A mocap rigid body whose x axis is not the car's forward: refused offline, warned live."""
+import dataclasses
+import math
+from pathlib import Path
+import time
+
+from geometry_msgs.msg import TwistStamped
+import numpy as np
+import pytest
+from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning import cli
+from robot_dynamics_learning.data import bag_io
+from robot_dynamics_learning.data.car_heading import judge_drives, judge_travel, TravelMonitor
+from robot_dynamics_learning.data.car_sources import (BagOptions, car_csv_files, load_car_bags,
+                                                      load_car_csvs)
+from robot_dynamics_learning.nodes.conversions import planar_pose_msg
+from ros_util import start_node, stop_node, TestNode, wait_for
+
+DART = Path(__file__).parent / 'fixtures' / 'data' / 'rc_car_dart'
+
+
+@pytest.fixture(scope='module')
+def drives():
+    return load_car_csvs(car_csv_files(DART))
+
+
+def _turned(drives, degrees: float):
+    """Return the drives as a rigid body turned by `degrees` about z would record them."""
+    offset = np.array([0.0, 0.0, math.radians(degrees)])
+    return [dataclasses.replace(d, observations=d.observations + offset) for d in drives]
+
+
+def test_real_drives_travel_along_their_heading(drives):
+    verdict = judge_drives(drives)
+    assert verdict.moving > 1000 and verdict.sideways < 0.01 and verdict.backward < 0.01
+    assert abs(verdict.offset_deg) < 5 and verdict.problem() is None
+    assert judge_drives(_turned(drives, 30)).problem() is None   # within the axis: a slide
+
+
+@pytest.mark.parametrize('turn, words, fix', [
+    (90, 'sideways', -90), (-90, 'sideways', 90), (180, 'backward', -180)])
+def test_a_turned_rigid_body_is_refused_naming_the_offset(tmp_path, drives, turn, words, fix):
+    bag = tmp_path / 'drive'
+    bag_io.write_car_trajectories(bag, _turned(drives, turn))
+    with pytest.raises(ValueError, match=f'{words}.*--yaw-offset-deg {fix:g}'):
+        load_car_bags([bag])
+    fixed = load_car_bags([bag], BagOptions(yaw_offset_deg=fix))
+    yaw = np.concatenate([d.observations[:, 2] for d in fixed])
+    original = np.concatenate([d.observations[:, 2] for d in drives])
+    assert np.allclose(np.angle(np.exp(1j * (yaw - original[:yaw.size]))), 0, atol=1e-6)
+    assert len(load_car_bags([bag], BagOptions(heading_check=False))) == 1   # kept as it is
+
+
+def test_rdl_car_train_refuses_then_takes_the_offset(tmp_path, drives, capsys):
+    bag = tmp_path / 'drive'
+    bag_io.write_car_trajectories(bag, _turned(drives, 90))
+    args = ['car', 'train', '--source', 'bag', '--data', str(bag), '--model', 'car_bicycle',
+            '--max-epochs', '2', '--out', str(tmp_path / 'car.pt')]
+    assert cli.main(args) == 2
+    assert '--yaw-offset-deg -90' in capsys.readouterr().err
+    assert cli.main(args + ['--yaw-offset-deg', '-90']) == 0
+    assert (tmp_path / 'car.pt').is_file()
+
+
+def test_the_monitor_flags_sideways_travel_once_and_rearms():
+    monitor = TravelMonitor(size=200, every=50)
+    assert [monitor.add(1.0, 0.05, 0.3) for _ in range(300)] == [None] * 300
+    said = [monitor.add(0.1, -1.0, 0.3) for _ in range(300)]
+    assert sum(s is not None for s in said) == 1 and 'sideways' in next(filter(None, said))
+    assert monitor.add(0.0, 0.1, None) is None   # standing still is never judged
+    [monitor.add(1.0, 0.0, 0.3) for _ in range(300)]
+    assert not monitor.flagged
+    assert judge_travel(np.full(10, 1.0), np.full(10, 1.0)).problem() is None   # too few
+
+
+@pytest.mark.ros
+def test_the_estimator_warns_and_takes_yaw_offset_deg(tmp_path):
+    """A car driving along x whose mocap yaw says +90 deg: warned; yaw_offset_deg -90 fixes it."""
+    for offset in (0.0, -90.0):
+        log = tmp_path / f'estimator_{offset:g}.log'
+        process = start_node('car_state_estimator', {'yaw_offset_deg': offset}, log_path=log)
+        try:
+            with TestNode('heading_probe') as probe:
+                twists = []
+                probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
+                                               qos_profile_sensor_data)
+                publisher = probe.node.create_publisher(type(planar_pose_msg(0, 0, 0, 0)),
+                                                        'mocap_pose', qos_profile_sensor_data)
+                assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
+                start_ns, speed, rate = time.time_ns(), 1.5, 240.0
+                for i in range(int(2.0 * rate)):
+                    t = i / rate
+                    publisher.publish(planar_pose_msg(start_ns + int(t * 1e9), speed * t, 0.0,
+                                                      math.pi / 2))
+                    time.sleep(1.0 / rate)
+                assert wait_for(lambda: len(twists) > 100, 5.0), log.read_text()
+                late = twists[-20:]
+                vx = np.median([m.twist.linear.x for m in late])
+                vy = np.median([m.twist.linear.y for m in late])
+        finally:
+            assert stop_node(process) == 0, log.read_text()
+        text = log.read_text()
+        if offset == 0.0:
+            assert vy == pytest.approx(-speed, abs=0.1) and abs(vx) < 0.1
+            assert 'travels sideways' in text and 'yaw_offset_deg -90' in text
+        else:
+            assert vx == pytest.approx(speed, abs=0.1) and abs(vy) < 0.1
+            assert 'travels sideways' not in text
