@@ -10,7 +10,8 @@ import pytest
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning import cli
 from robot_dynamics_learning.data import bag_io
-from robot_dynamics_learning.data.car_heading import judge_drives, judge_travel, TravelMonitor
+from robot_dynamics_learning.data.car_heading import (judge_drives, judge_travel, tilt_deg,
+                                                      TravelMonitor)
 from robot_dynamics_learning.data.car_sources import (BagOptions, car_csv_files, load_car_bags,
                                                       load_car_csvs)
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg
@@ -73,6 +74,28 @@ def test_the_monitor_flags_sideways_travel_once_and_rearms():
     assert judge_travel(np.full(10, 1.0), np.full(10, 1.0)).problem() is None   # too few
 
 
+def _tilted_bag(path, quaternion):
+    """Write 3 s of a car driving along x at 1 m/s with every pose's quaternion `quaternion`."""
+    with bag_io.BagWriter(path) as bag:
+        for i in range(300):
+            stamp = 10**18 + i * 10_000_000
+            bag.write('/vrpn_mocap/rc_car/pose', bag_io.POSE_STAMPED, stamp,
+                      bag.pose_stamped(stamp, [0.01 * i, 0.0, 0.05], quaternion))
+            bag.write('/cmd', bag_io.TWIST, stamp, bag.twist(0.3, 0.0))
+    return path
+
+
+def test_a_y_up_mocap_frame_is_refused_a_small_tilt_is_not(tmp_path):
+    half = math.sqrt(0.5)
+    y_up = [half, 0.0, 0.0, half]   # body z along the world's y: Motive's default frame
+    assert tilt_deg(np.array(y_up)) == pytest.approx(90.0)
+    with pytest.raises(ValueError, match=r"z axis is 90 deg from the world's z axis.*Y-up"):
+        load_car_bags([_tilted_bag(tmp_path / 'y_up', y_up)])
+    ten = math.radians(10) / 2   # a car on a 10 degree ramp
+    flat = load_car_bags([_tilted_bag(tmp_path / 'ramp', [math.sin(ten), 0, 0, math.cos(ten)])])
+    assert len(flat[0]) > 250
+
+
 @pytest.mark.ros
 def test_the_estimator_warns_and_takes_yaw_offset_deg(tmp_path):
     """A car driving along x whose mocap yaw says +90 deg: warned; yaw_offset_deg -90 fixes it."""
@@ -106,3 +129,27 @@ def test_the_estimator_warns_and_takes_yaw_offset_deg(tmp_path):
         else:
             assert vx == pytest.approx(speed, abs=0.1) and abs(vy) < 0.1
             assert 'travels sideways' not in text
+
+
+@pytest.mark.ros
+def test_the_estimator_rejects_poses_without_a_vertical_z_axis(tmp_path):
+    log = tmp_path / 'estimator.log'
+    process = start_node('car_state_estimator', log_path=log)
+    try:
+        with TestNode('tilt_probe') as probe:
+            twists = []
+            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
+                                           qos_profile_sensor_data)
+            publisher = probe.node.create_publisher(type(planar_pose_msg(0, 0, 0, 0)),
+                                                    'mocap_pose', qos_profile_sensor_data)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
+            start_ns = time.time_ns()
+            for i in range(120):
+                msg = planar_pose_msg(start_ns + i * 10_000_000, 0.01 * i, 0.0, 0.0)
+                msg.pose.orientation.x = msg.pose.orientation.w = math.sqrt(0.5)
+                publisher.publish(msg)
+                time.sleep(0.01)
+            assert wait_for(lambda: 'pose rejected: the mocap body' in log.read_text(), 5.0)
+            assert not twists   # no state for the MPC from poses without a yaw
+    finally:
+        assert stop_node(process) == 0, log.read_text()

@@ -19,6 +19,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from robot_dynamics_learning.data import datasets
+from robot_dynamics_learning.data.car_heading import tilt_problem
 from robot_dynamics_learning.data.messages import (
     ArrayParser, CarCommandParser, choose_joint_set, CommandMapping, FieldNeed,
     FLOAT64_MULTI_ARRAY, JOINT_STATE, JointSetTally, JointStateParser, JOY, POSE_STAMPED,
@@ -643,6 +644,9 @@ def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
                     if arrays.rejections.get('missing_axis') else '')
             raise ValueError(f"{path}: no valid {what} on '{arrays.topic}' (read: "
                              f'{arrays.rejections}){hint}')
+    tilted = tilt_problem(poses.fields['quaternion'])
+    if tilted is not None:
+        raise ValueError(f"{path}: '{pose_topic}': {tilted}")
     throttle = commands.fields['throttle']
     if safety_button is not None:
         held = commands.fields['safety'] > 0

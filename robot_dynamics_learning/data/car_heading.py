@@ -22,6 +22,8 @@ MIN_MOVING = 50   # samples at speed needed to judge
 ALONG = math.pi / 4   # travel within 45 degrees of the heading axis counts as along it
 MAX_OFF_SHARE = 0.5   # more travel than this off the forward direction is a wrong heading
 VELOCITY_WINDOW_S = 0.1
+# A ground car's body z axis stays within a few degrees of vertical; 45 is a frame error.
+MAX_TILT_DEG = 45.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,27 @@ def judge_travel(vx: np.ndarray, vy: np.ndarray,
     offset = math.degrees(math.atan2(np.sin(angle).sum(), np.cos(angle).sum())) \
         if angle.size else 0.0
     return HeadingVerdict(int(moving.sum()), sideways, backward, offset)
+
+
+def tilt_deg(quaternions: np.ndarray) -> np.ndarray:
+    """Return the angle (deg) between the body z axis and the world z axis, (..., 4) [x,y,z,w]."""
+    q = np.asarray(quaternions, np.float64)
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    up = 1.0 - 2.0 * (q[..., 0] ** 2 + q[..., 1] ** 2)   # world z of the body z axis
+    return np.degrees(np.arccos(np.clip(up, -1.0, 1.0)))
+
+
+def tilt_problem(quaternions: np.ndarray) -> Optional[str]:
+    """Return why poses whose body z axis is far from vertical have no yaw, or None."""
+    if len(quaternions) == 0:
+        return None
+    median = float(np.median(tilt_deg(quaternions)))
+    if median <= MAX_TILT_DEG:
+        return None
+    return (f"the mocap body's z axis is {median:.0f} deg from the world's z axis (median): "
+            'the yaw about z means nothing. A Y-up mocap frame (OptiTrack Motive streams '
+            'Y-up by default: set its up axis to Z) or a rigid body defined on its side? '
+            'The package expects z up (REP 103)')
 
 
 def body_velocity(drive: Trajectory) -> np.ndarray:

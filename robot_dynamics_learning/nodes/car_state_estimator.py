@@ -32,7 +32,8 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.car_estimator_params import CarStateEstimatorConfig
-from robot_dynamics_learning.data.car_heading import TravelMonitor
+from robot_dynamics_learning.data.car_heading import (MAX_TILT_DEG, tilt_deg, tilt_problem,
+                                                      TravelMonitor)
 from robot_dynamics_learning.data.messages import POSE_TYPE_NAMES
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (message_class, parse_or_warn,
@@ -55,6 +56,7 @@ class CarStateEstimatorNode(Node):
         self.yaw_offset = math.radians(config.yaw_offset_deg)
         self.travel = TravelMonitor()
         self.heading_warnings = 0
+        self.tilted_poses = 0
         self._throttle: Optional[float] = None
         self._unanswered = 0   # accepted poses in a row without an estimate
         self._previous_ns = None
@@ -87,7 +89,8 @@ class CarStateEstimatorNode(Node):
         """Message-parser and estimator counters in one dict."""
         counters = {**{f'parser_{k}': v for k, v in self.parser.counter.as_dict().items()},
                     **self.estimator.counters, 'time_resets': self.time_resets,
-                    'heading_warnings': self.heading_warnings}
+                    'heading_warnings': self.heading_warnings,
+                    'rejected_tilted': self.tilted_poses}
         if self.command_parser is not None:
             counters.update({f'command_parser_{k}': v
                              for k, v in self.command_parser.counter.as_dict().items()})
@@ -116,6 +119,11 @@ class CarStateEstimatorNode(Node):
     def _on_pose(self, msg: object) -> None:
         sample = parse_or_warn(self, self.parser, msg, 'pose')
         if sample is None:
+            return
+        if tilt_deg(sample.quaternion) > MAX_TILT_DEG:   # no yaw: the MPC must not steer on it
+            self.tilted_poses += 1
+            self.get_logger().warn(f'pose rejected: {tilt_problem(sample.quaternion[None])}',
+                                   throttle_duration_sec=10.0)
             return
         if sample.time_reset:
             self.time_resets += 1
