@@ -12,7 +12,7 @@ from robot_dynamics_learning.dynamics import load_urdf, rnea
 from robot_dynamics_learning.learning import replay
 from robot_dynamics_learning.learning.identify_cli import load_samples
 from robot_dynamics_learning.learning.replay_cli import _in_urdf_order
-from robot_dynamics_learning.models.registry import urdf_joint_names
+from robot_dynamics_learning.models.registry import urdf_robot
 from robot_dynamics_learning.resources import resource
 import torch
 
@@ -136,10 +136,9 @@ def test_replay_puts_the_stream_in_the_urdf_order(tmp_path, capsys):
 
 
 def test_every_model_with_a_urdf_names_its_joints():
-    assert urdf_joint_names('lstm', {}) is None
-    assert urdf_joint_names('rigid_body', {'urdf': URDF}) == tuple(JOINTS)
-    assert urdf_joint_names('ac_rkn_inverse', {'urdf': URDF}) == tuple(JOINTS)
-    assert urdf_joint_names('previous_value', {'urdf': URDF}) == tuple(JOINTS)
+    assert urdf_robot('lstm', {}) is None
+    for model_type in ('rigid_body', 'ac_rkn_inverse', 'previous_value'):
+        assert urdf_robot(model_type, {'urdf': URDF}).joint_names == tuple(JOINTS)
 
 
 def test_bags_take_column_slices_and_a_failed_write_leaves_no_bag(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.loading import (derive_missing, file_columns, load_files,
                                                   parse_columns, trajectories_from_table)
@@ -25,14 +26,16 @@ from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
                                                   forward_dynamics_windows,
                                                   inverse_dynamics_arrays,
                                                   inverse_dynamics_windows)
+from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
 from robot_dynamics_learning.learning.evaluation import format_report, inverse_report
 from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_step_rmse
 from robot_dynamics_learning.learning.report import json_ready
 from robot_dynamics_learning.learning.training import holdout_windows, train_model, TrainConfig
+from robot_dynamics_learning.learning.urdf_range import check_urdf_range
 from robot_dynamics_learning.learning.window_choice import train_choosing_window
 from robot_dynamics_learning.models.base import DynamicsModel
-from robot_dynamics_learning.models.registry import build_model, model_builder, urdf_joint_names
+from robot_dynamics_learning.models.registry import build_model, model_builder, urdf_robot
 import torch
 import yaml
 
@@ -255,10 +258,12 @@ def run_train(args: argparse.Namespace) -> int:
                                           **({'seed': args.seed} if args.seed is not None
                                              else {})})
     torch.manual_seed(train_config.seed)
+    robot = urdf_robot(config['model_type'], config.get('model'))
     trajectories, test = load_data(args.data, data_config, args.split, args.columns, args.dt,
-                                   urdf_joint_names(config['model_type'], config.get('model')))
+                                   None if robot is None else robot.joint_names)
     if not trajectories:
         raise ValueError(f'the split {args.split or "time:0.8"} leaves no training data')
+    urdf_range = _check_urdf_range(robot, trajectories + test, args.data)
     if not test:
         print(f'rdl: warning: the split {args.split or "time:0.8"} leaves no test data; no '
               'test report', file=sys.stderr)
@@ -295,7 +300,8 @@ def run_train(args: argparse.Namespace) -> int:
     path = save_checkpoint(out / 'model.pt', model, trajectories[0].joint_names, metadata)
     report = inverse_report(model, trajectories, test) if problem == 'inverse' and test else None
     (out / 'train_summary.json').write_text(json.dumps(json_ready(
-        {**metadata, 'checkpoint': str(path), 'test': report, 'history': result.history}),
+        {**metadata, 'checkpoint': str(path), **urdf_range, 'test': report,
+         'history': result.history}),
         indent=1, allow_nan=False))
     refit = sum(1 for entry in result.history if entry.get('refit'))
     print(f'trained {config["model_type"]} in {result.seconds:.1f} s ({result.epochs} epochs'
@@ -304,6 +310,20 @@ def run_train(args: argparse.Namespace) -> int:
     if report is not None:
         print(format_report(report))
     return 0
+
+
+def _check_urdf_range(robot: Optional[RobotModel], trajectories: Sequence[Trajectory],
+                      data: Sequence[str]) -> Dict[str, Any]:
+    """
+    Refuse q in degrees for a URDF model, warn of joints beyond its limits (`urdf_range`).
+
+    Returns {'urdf_range': the check} for the summary, {} without a URDF. The data are in
+    the URDF's joint order (`load_data`).
+    """
+    if robot is None:
+        return {}
+    q = np.concatenate([t.q for t in trajectories])
+    return {'urdf_range': check_urdf_range(robot, q, ' '.join(map(str, data))).summary()}
 
 
 def _column_names(args: argparse.Namespace) -> Optional[Dict[str, List[str]]]:
@@ -359,6 +379,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
             list(trajectories[0].joint_names) != loaded.joint_names:
         raise ValueError(f"checkpoint joints {loaded.joint_names} differ from the data's "
                          f'{trajectories[0].joint_names}')
+    urdf_range = _check_urdf_range(urdf_robot(loaded.model_type, loaded.config), train + test,
+                                   args.data)
     if problem == 'inverse':
         report = inverse_report(model, train, trajectories)
         metrics = {'rmse_per_joint': report['model']['rmse'],
@@ -368,7 +390,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         metrics = {'multi_step_rmse': multi_step_rmse(model, batch, args.warmup,
                                                       args.horizon).tolist()}
     metrics.update({'checkpoint': str(args.checkpoint), 'data': list(args.data),
-                    'split': spec, 'side': side, 'model_type': loaded.model_type})
+                    'split': spec, 'side': side, 'model_type': loaded.model_type,
+                    **urdf_range})
     text = json.dumps(json_ready(metrics), indent=1, allow_nan=False)   # NaN: null
     print(text)
     if args.out:

@@ -19,6 +19,7 @@ from robot_dynamics_learning.dynamics.identify import identify
 from robot_dynamics_learning.dynamics.model import load_urdf, RobotModel
 from robot_dynamics_learning.learning.cli import data_arguments, load_data
 from robot_dynamics_learning.learning.metrics import nmse_per_output, quiet_targets
+from robot_dynamics_learning.learning.urdf_range import check_urdf_range
 from robot_dynamics_learning.resources import resource
 import torch
 
@@ -66,7 +67,9 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
     Return (fit, held out or None): (q, qd, qdd, tau) arrays (N, n) in the model's joint order.
 
     Joints are matched to the URDF's by name where the data name them (bags, exports, CSV
-    columns such as q_<joint>); unnamed joint columns are taken in the URDF's order.
+    columns such as q_<joint>); unnamed joint columns are taken in the URDF's order. q that
+    looks like degrees is a ValueError, joints beyond the URDF's limits a logged warning
+    (`urdf_range.check_urdf_range`): identification would fit garbage torques to them.
     """
     data = [str(item) for item in data]
     legacy = _timeless_arrays(data) if dt is None and not columns else None
@@ -74,12 +77,17 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
         arrays, names = legacy
         width = arrays['q'].shape[1]
         order = joint_columns(names or default_joint_names(width), model.joint_names, data[0])
-        return tuple(arrays[k][:, order] for k in ARRAYS), None
+        fit = tuple(arrays[k][:, order] for k in ARRAYS)
+        check_urdf_range(model, fit[0], data[0])
+        return fit, None
     config = {'joint_topic': joint_topic, 'acc_window_s': window_s}
     train, test = load_data(data, config, split, columns, dt, model.joint_names)
     if not train:
         raise ValueError(f'the split {split or "time:0.8"} leaves no data to identify from')
-    return _samples(train), _samples(test) if test else None
+    fit, held = _samples(train), _samples(test) if test else None
+    check_urdf_range(model, np.concatenate([fit[0]] + ([held[0]] if held else [])),
+                     ' '.join(data))
+    return fit, held
 
 
 def _timeless_arrays(data: Sequence[str]

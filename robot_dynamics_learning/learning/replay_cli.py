@@ -5,7 +5,7 @@ Imports stay inside the handler so that `rdl --help` does not load torch.
 """
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Optional, TYPE_CHECKING
 
 if TYPE_CHECKING:   # no torch or rosbags at `rdl --help`
     from robot_dynamics_learning.learning.replay import JointStream
@@ -74,10 +74,17 @@ def run_replay(args: argparse.Namespace) -> int:
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
           f'{stream.torque_source}', flush=True)
     models = [m.strip() for m in args.models.split(',') if m.strip()]
+    degrees = _degrees_reason(stream, args.urdf, str(args.bag)) if args.urdf else None
+    skipped = {}
+    if degrees:   # the URDF models would learn from garbage torques; the others still run
+        skipped = {m: degrees for m in dict.fromkeys(models + ['rigid_body'])
+                   if m in replay.URDF_MODELS}
+        models = [m for m in models if m not in skipped]
     block_s = args.block_s or max(stream.duration_s / 20, 1e-3)
-    result = replay.replay(stream, models, args.urdf,
+    result = replay.replay(stream, models, None if degrees else args.urdf,
                            params, replay.Holdout.parse(args.holdout, block_s),
                            int(params.get('seed', 0)), progress=True)
+    result.skipped.update(skipped)
     result.bag = str(args.bag)
     for name, reason in result.skipped.items():
         print(f'skipped {name}: {reason}')
@@ -93,9 +100,32 @@ def _in_urdf_order(stream: 'JointStream', urdf: str) -> 'JointStream':
 
     A bag lacking the URDF's joints keeps its own: its URDF models are then skipped, saying why.
     """
-    from robot_dynamics_learning.models.registry import urdf_joint_names
+    from robot_dynamics_learning.models.registry import urdf_robot
     try:
-        return stream.in_joint_order(urdf_joint_names('rigid_body', {'urdf': urdf}))
+        return stream.in_joint_order(urdf_robot('rigid_body', {'urdf': urdf}).joint_names)
     except ValueError as error:
         print(f'{error}: the URDF models are skipped', flush=True)
         return stream
+
+
+def _degrees_reason(stream: 'JointStream', urdf: str, source: str) -> Optional[str]:
+    """
+    Return why the URDF models must skip the stream (q looks like degrees), else None.
+
+    Joints beyond the URDF's limits are a logged warning (`urdf_range.check_urdf_range`). A
+    URDF that does not load, or whose joints the stream lacks, is left to `replay.replay`,
+    which skips its models saying why.
+    """
+    from robot_dynamics_learning.learning.urdf_range import check_urdf_range
+    from robot_dynamics_learning.models.registry import urdf_robot
+    try:
+        robot = urdf_robot('rigid_body', {'urdf': urdf})
+    except ValueError:
+        return None
+    if list(robot.joint_names) != list(stream.joint_names):
+        return None
+    try:
+        check_urdf_range(robot, stream.q, source)
+    except ValueError as error:
+        return str(error)
+    return None

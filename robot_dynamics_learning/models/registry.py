@@ -12,9 +12,12 @@ Data conventions every caller must follow (built by `robot_dynamics_learning.dat
   `observation_valid` False marks a missing o_t (the model feeds back its own prediction).
 """
 import importlib
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, TYPE_CHECKING
 
 from robot_dynamics_learning.models.base import DynamicsModel
+
+if TYPE_CHECKING:   # the URDF is loaded only for the models built from one
+    from robot_dynamics_learning.dynamics.model import RobotModel
 
 # model type -> (module, builder): a DynamicsModel class or a function choosing one; each
 # builder has a `config_class` attribute and is called as builder(config, n_obs, n_act, n_target).
@@ -50,20 +53,19 @@ def builds_from_urdf(model_type: str, config: Any) -> bool:
                                               and bool(config.get('urdf')))
 
 
-def urdf_joint_names(model_type: str, config: Optional[Dict[str, Any]]
-                     ) -> Optional[Tuple[str, ...]]:
+def urdf_robot(model_type: str, config: Optional[Dict[str, Any]]) -> Optional['RobotModel']:
     """
-    Return the joints of the URDF the model is built from, in its order (None: no URDF).
+    Return the robot of the URDF the model is built from (None: no URDF).
 
-    Data must be read in this order before the model is built: its widths, and every
-    column, are taken as the URDF's joints.
+    Data must be read in its joint order before the model is built (its widths, and every
+    column, are taken as the URDF's joints) and checked against its joint limits.
     """
     if not builds_from_urdf(model_type, config):
         return None
     from robot_dynamics_learning.dynamics import load_urdf
     from robot_dynamics_learning.models.hybrid import RigidBodyConfig
     urdf = model_builder(model_type).config_class.from_dict(config).urdf
-    return tuple(load_urdf(RigidBodyConfig(urdf=urdf).path()).joint_names)
+    return load_urdf(RigidBodyConfig(urdf=urdf).path())
 
 
 def model_builder(model_type: str) -> Callable[..., DynamicsModel]:

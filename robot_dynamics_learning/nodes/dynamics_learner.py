@@ -48,7 +48,7 @@ from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConf
 from robot_dynamics_learning.learning.prequential import (LatencyLog, Recorder,
                                                           saved_variance_scale)
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
-from robot_dynamics_learning.models.registry import build_model, urdf_joint_names
+from robot_dynamics_learning.models.registry import build_model, urdf_robot
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed, Float32Guard,
                                                        JointStateParser,
                                                        PredictedTorquePublisher)
@@ -127,10 +127,10 @@ class DynamicsLearnerNode(ManagedNode):
         torch.set_num_threads(params.torch_threads)
         names = list(params.joint_names or ())
         self._urdf_joints: Optional[List[str]] = None
-        urdf_joints = urdf_joint_names(self.model_type, self.model_config)
-        if not names and urdf_joints:
+        robot = urdf_robot(self.model_type, self.model_config)
+        if not names and robot is not None:
             # Physics models need the URDF's joint order: messages are reordered by name.
-            names = self._urdf_joints = list(urdf_joints)
+            names = self._urdf_joints = list(robot.joint_names)
         self.torque_source = params.torque_source
         # Stamps bounded against the node clock; a jump back by time_reset_s is a reset,
         # flagged by the parser only once the whole message is valid.
