@@ -22,6 +22,7 @@ from robot_dynamics_learning.data.loading import (derive_missing, file_columns, 
                                                   parse_columns, trajectories_from_table)
 from robot_dynamics_learning.data.splits import parse_split, Split
 from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.data.velocity_check import check_velocities
 from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
                                                   forward_dynamics_windows,
                                                   inverse_dynamics_arrays,
@@ -263,7 +264,7 @@ def run_train(args: argparse.Namespace) -> int:
                                    None if robot is None else robot.joint_names)
     if not trajectories:
         raise ValueError(f'the split {args.split or "time:0.8"} leaves no training data')
-    urdf_range = _check_urdf_range(robot, trajectories + test, args.data)
+    checks = _check_data(robot, trajectories + test, data_config, args.data)
     if not test:
         print(f'rdl: warning: the split {args.split or "time:0.8"} leaves no test data; no '
               'test report', file=sys.stderr)
@@ -300,7 +301,7 @@ def run_train(args: argparse.Namespace) -> int:
     path = save_checkpoint(out / 'model.pt', model, trajectories[0].joint_names, metadata)
     report = inverse_report(model, trajectories, test) if problem == 'inverse' and test else None
     (out / 'train_summary.json').write_text(json.dumps(json_ready(
-        {**metadata, 'checkpoint': str(path), **urdf_range, 'test': report,
+        {**metadata, 'checkpoint': str(path), **checks, 'test': report,
          'history': result.history}),
         indent=1, allow_nan=False))
     refit = sum(1 for entry in result.history if entry.get('refit'))
@@ -312,18 +313,23 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_urdf_range(robot: Optional[RobotModel], trajectories: Sequence[Trajectory],
-                      data: Sequence[str]) -> Dict[str, Any]:
+def _check_data(robot: Optional[RobotModel], trajectories: Sequence[Trajectory],
+                data_config: Dict[str, Any], data: Sequence[str]) -> Dict[str, Any]:
     """
-    Refuse q in degrees for a URDF model, warn of joints beyond its limits (`urdf_range`).
+    Check the joint data before a model sees them; return the findings for the summary.
 
-    Returns {'urdf_range': the check} for the summary, {} without a URDF. The data are in
-    the URDF's joint order (`load_data`).
+    Recorded qd against dq/dt (`data.velocity_check`: a wrong scale or sign is refused for a
+    URDF model, warned of otherwise) and, for a URDF model, q against its limits (degrees are
+    refused, joints beyond them warned of: `urdf_range`). The data are in the URDF's joint
+    order (`load_data`).
     """
-    if robot is None:
-        return {}
-    q = np.concatenate([t.q for t in trajectories])
-    return {'urdf_range': check_urdf_range(robot, q, ' '.join(map(str, data))).summary()}
+    source = ' '.join(map(str, data))
+    found = {'velocity_problems': check_velocities(
+        trajectories, _derivative_window(data_config), source, refuse_certain=robot is not None)}
+    if robot is not None and any(t.q is not None for t in trajectories):
+        q = np.concatenate([t.q for t in trajectories if t.q is not None])
+        found['urdf_range'] = check_urdf_range(robot, q, source).summary()
+    return found
 
 
 def _column_names(args: argparse.Namespace) -> Optional[Dict[str, List[str]]]:
@@ -379,8 +385,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
             list(trajectories[0].joint_names) != loaded.joint_names:
         raise ValueError(f"checkpoint joints {loaded.joint_names} differ from the data's "
                          f'{trajectories[0].joint_names}')
-    urdf_range = _check_urdf_range(urdf_robot(loaded.model_type, loaded.config), train + test,
-                                   args.data)
+    checks = _check_data(urdf_robot(loaded.model_type, loaded.config), train + test,
+                         data_config, args.data)
     if problem == 'inverse':
         report = inverse_report(model, train, trajectories)
         metrics = {'rmse_per_joint': report['model']['rmse'],
@@ -391,7 +397,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
                                                       args.horizon).tolist()}
     metrics.update({'checkpoint': str(args.checkpoint), 'data': list(args.data),
                     'split': spec, 'side': side, 'model_type': loaded.model_type,
-                    **urdf_range})
+                    **checks})
     text = json.dumps(json_ready(metrics), indent=1, allow_nan=False)   # NaN: null
     print(text)
     if args.out:

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from robot_dynamics_learning.data.loading import time_column
 from robot_dynamics_learning.data.trajectory import default_joint_names, joint_columns, Trajectory
+from robot_dynamics_learning.data.velocity_check import check_velocities
 from robot_dynamics_learning.dynamics.identify import identify
 from robot_dynamics_learning.dynamics.model import load_urdf, RobotModel
 from robot_dynamics_learning.learning.cli import data_arguments, load_data
@@ -84,6 +85,7 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
     train, test = load_data(data, config, split, columns, dt, model.joint_names)
     if not train:
         raise ValueError(f'the split {split or "time:0.8"} leaves no data to identify from')
+    check_velocities(train + test, window_s, ' '.join(data), refuse_certain=True)
     fit, held = _samples(train), _samples(test) if test else None
     check_urdf_range(model, np.concatenate([fit[0]] + ([held[0]] if held else [])),
                      ' '.join(data))
