@@ -34,8 +34,8 @@ def _arm(rows: int = 1200, dt: float = 0.005) -> Trajectory:
     time = np.arange(rows) * dt
     speed = np.array([1.3, 2.1])
     phase = speed * time[:, None] + np.array([0.0, 0.7])
-    q, qd = 0.8 * np.sin(phase), 0.8 * speed * np.cos(phase)
-    tau = rnea(load_urdf(URDF), *(torch.as_tensor(a) for a in (q, qd, -speed * qd))).numpy()
+    q, qd, qdd = 0.8 * np.sin(phase), 0.8 * speed * np.cos(phase), -speed ** 2 * np.sin(phase)
+    tau = rnea(load_urdf(URDF), *(torch.as_tensor(a) for a in (q, qd, 0.8 * qdd))).numpy()
     return Trajectory(time=time, joint_names=['joint1', 'joint2'], q=q, qd=qd, tau=tau)
 
 

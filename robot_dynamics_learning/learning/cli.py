@@ -34,6 +34,7 @@ from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_ste
 from robot_dynamics_learning.learning.report import json_ready
 from robot_dynamics_learning.learning.training import holdout_windows, train_model, TrainConfig
 from robot_dynamics_learning.learning.urdf_range import check_urdf_range
+from robot_dynamics_learning.learning.urdf_torques import check_torques
 from robot_dynamics_learning.learning.window_choice import train_choosing_window
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.registry import build_model, model_builder, urdf_robot
@@ -320,8 +321,9 @@ def _check_data(robot: Optional[RobotModel], trajectories: Sequence[Trajectory],
 
     Recorded qd against dq/dt (`data.velocity_check`: a wrong scale or sign is refused for a
     URDF model, warned of otherwise) and, for a URDF model, q against its limits (degrees are
-    refused, joints beyond them warned of: `urdf_range`). The data are in the URDF's joint
-    order (`load_data`).
+    refused, joints beyond them warned of: `urdf_range`) and tau against its RNEA torque (the
+    other sign or unit is refused: `urdf_torques`). The data are in the URDF's joint order
+    (`load_data`).
     """
     source = ' '.join(map(str, data))
     found = {'velocity_problems': check_velocities(
@@ -329,6 +331,7 @@ def _check_data(robot: Optional[RobotModel], trajectories: Sequence[Trajectory],
     if robot is not None and any(t.q is not None for t in trajectories):
         q = np.concatenate([t.q for t in trajectories if t.q is not None])
         found['urdf_range'] = check_urdf_range(robot, q, source).summary()
+        check_torques(robot, trajectories, source)
     return found
 
 

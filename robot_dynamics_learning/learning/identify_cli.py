@@ -21,6 +21,7 @@ from robot_dynamics_learning.dynamics.model import load_urdf, RobotModel
 from robot_dynamics_learning.learning.cli import data_arguments, load_data
 from robot_dynamics_learning.learning.metrics import nmse_per_output, quiet_targets
 from robot_dynamics_learning.learning.urdf_range import check_urdf_range
+from robot_dynamics_learning.learning.urdf_torques import check_torques
 from robot_dynamics_learning.resources import resource
 import torch
 
@@ -86,6 +87,7 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
     if not train:
         raise ValueError(f'the split {split or "time:0.8"} leaves no data to identify from')
     check_velocities(train + test, window_s, ' '.join(data), refuse_certain=True)
+    check_torques(model, train + test, ' '.join(data))
     fit, held = _samples(train), _samples(test) if test else None
     check_urdf_range(model, np.concatenate([fit[0]] + ([held[0]] if held else [])),
                      ' '.join(data))

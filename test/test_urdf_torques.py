@@ -1,0 +1,49 @@
+"""Recorded torques of the other sign or unit than the URDF's: refused for URDF models."""
+import dataclasses
+from pathlib import Path
+
+import pytest
+from robot_dynamics_learning import cli
+from robot_dynamics_learning.data import datasets
+from robot_dynamics_learning.dynamics import load_urdf
+from robot_dynamics_learning.learning.identify_cli import load_samples
+from robot_dynamics_learning.learning.urdf_torques import check_torques, torque_report
+from robot_dynamics_learning.resources import resource
+from test_velocity_check import _arm, _csv, CONFIGS, URDF
+
+FIXTURES = Path(__file__).parent / 'fixtures' / 'data'
+
+
+@pytest.fixture(scope='module')
+def kinova():
+    train, test = datasets.load_kinova_split(root=FIXTURES)
+    return load_urdf(resource('urdf/kinova_gen3.urdf')), train + test
+
+
+def test_real_torques_pass_and_flipped_or_milli_newton_metres_do_not(kinova):
+    robot, recordings = kinova
+    report = torque_report(robot, recordings)
+    assert all(j.problem() is None for j in report)
+    judged = [j for j in report if abs(j.correlation) > 0.8]
+    assert len(judged) >= 3 and all(0.5 < j.factor < 5 for j in judged)
+    check_torques(robot, recordings, 'kinova')
+    for scale, cause in ((-1.0, 'other sign convention'), (1000.0, r'another unit \(mN m')):
+        scaled = [dataclasses.replace(t, tau=scale * t.tau) for t in recordings]
+        with pytest.raises(ValueError, match=f'joint_2: tau = .* x the URDF torque .*{cause}'):
+            check_torques(robot, scaled, 'kinova')
+
+
+def test_rdl_train_and_identify_refuse_flipped_torques(tmp_path, capsys):
+    flipped = _arm()
+    flipped.tau = -flipped.tau
+    data = _csv(tmp_path / 'arm.csv', flipped, 1.0)
+    config = tmp_path / 'rigid_body.yaml'
+    config.write_text(CONFIGS['rigid_body'])
+    assert cli.main(['train', '--config', str(config), '--out', str(tmp_path / 'run'),
+                     '--data', data]) == 2
+    assert 'other sign convention than the URDF' in capsys.readouterr().err
+    with pytest.raises(ValueError, match='recorded torques do not match the URDF'):
+        load_samples([data], load_urdf(URDF))
+    config.write_text(CONFIGS['ffnn'])   # a learned model takes any sign
+    assert cli.main(['train', '--config', str(config), '--out', str(tmp_path / 'ffnn'),
+                     '--data', data]) == 0
