@@ -434,3 +434,15 @@ def test_a_joint_still_in_the_test_data_is_named_and_the_others_averaged(tmp_pat
     assert report['quiet_targets'] == ['joint_2']
     assert report['model']['mean_nmse_varying'] == report['model']['nmse'][0]
     assert 'the torque of joint_2 hardly varies' in out and 'judge it by RMSE' in out
+
+
+@pytest.mark.parametrize('name, scale', [('time_ms', 1e3), ('Time [us]', 1e6), ('t', 1.0)])
+def test_time_columns_in_milli_or_microseconds_are_read_in_seconds(name, scale):
+    seconds = np.arange(400) * 0.01   # 100 Hz: in ms, 10 s per sample if read as seconds
+    pieces = trajectories_from_table({name: seconds * scale, 'q': np.sin(seconds),
+                                      'tau': np.cos(seconds)})
+    np.testing.assert_allclose(pieces[0].time, seconds, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pieces[0].qd[50:-50, 0], np.cos(seconds[50:-50]), rtol=1e-3)
+    index = np.arange(400.0)   # a 1 kHz logger's time_ms counts 0, 1, 2: milliseconds
+    assert trajectories_from_table({'time_ms': index, 'q': np.sin(index / 100),
+                                    'tau': index})[0].dt == pytest.approx(1e-3)

@@ -5,7 +5,8 @@ A column spec maps a trajectory field ('time', 'q', 'qd', 'qdd', 'tau', 'observa
 'actions') to column names or shell patterns, matched in file order and stacked, e.g.
 `{'q': ['Position*'], 'tau': ['Torque[0-9]']}`. Missing qd and qdd are derived from q and qd
 with the package's zero-phase Savitzky-Golay differentiator (`signals.offline`). A time
-column whose name ends in '_ns' holds nanoseconds (as `rdl bag export` writes stamp_ns).
+column whose name ends in '_ns' holds nanoseconds (as `rdl bag export` writes stamp_ns),
+one ending in '_ms' or '_us' (or '[ms]', '(us)') milli- or microseconds (`time_unit`).
 """
 import csv
 import fnmatch
@@ -13,6 +14,7 @@ import glob
 import logging
 import math
 from pathlib import Path
+import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import zipfile
 
@@ -207,7 +209,7 @@ def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec]
         if arrays['time'].shape[1] != 1:
             raise ValueError(f'{source}: time must be one column, {spec["time"]} matches '
                              f'{[n for n, f in owner.items() if f == "time"]}')
-        time = arrays.pop('time')[:, 0]
+        time = arrays.pop('time')[:, 0] * time_unit(names['time'][0])
         if names['time'][0].endswith(NANOSECONDS_SUFFIX):
             time = _nanoseconds_to_seconds(np.asarray(table[names['time'][0]]).reshape(-1))
         elif not (columns and 'time' in columns) and _counts_samples(time):
@@ -218,7 +220,8 @@ def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec]
     if dt is None:
         raise ValueError(f'{source}: no time column (none of the columns {list(table)[:20]} is '
                          f'named like {list(TIME_NAMES)}, in any case); name it with '
-                         '--columns time=NAME (a name ending in _ns is in nanoseconds) or give '
+                         '--columns time=NAME (a name ending in _ns, _ms or _us is in nano-, '
+                         'milli- or microseconds) or give '
                          'the sample period with --dt')
     return arrays, np.arange(rows) * float(dt), np.zeros(rows, dtype=bool), names
 
@@ -248,6 +251,18 @@ def _named_joints(table: Mapping[str, np.ndarray], names: Mapping[str, Sequence[
                     not all(j.isdigit() for j in joints):
                 return joints
     return None
+
+
+def time_unit(name: str) -> float:
+    """
+    Return the seconds per unit a time column's name states ('time_ms', 'Time [us]'), else 1.
+
+    Why: 'time_ms' is found as a time column by name; read as seconds, a 100 Hz recording
+    would be one sample every 10 s and every derivative 1e6 times too small. Nanoseconds
+    ('_ns') are read apart, exactly (`_nanoseconds_to_seconds`).
+    """
+    found = re.search(r'[_\s(\[](ms|msec|us|usec|\u00b5s)[)\]]?$', name.strip().lower())
+    return 1.0 if found is None else (1e-3 if found.group(1).startswith('m') else 1e-6)
 
 
 def _nanoseconds_to_seconds(stamps: np.ndarray) -> np.ndarray:

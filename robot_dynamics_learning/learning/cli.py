@@ -415,7 +415,8 @@ def data_arguments(parser: argparse.ArgumentParser) -> None:
                         'observations, actions), e.g. q=Position* tau=Torque[0-9]; default: '
                         'columns named like the fields (q or q_1, q_2, ...) or as `rdl bag '
                         'export` names them, time the first of time, t, timestamp, stamp, '
-                        "time_* in any case; a time column named '*_ns' is in nanoseconds")
+                        "time_* in any case; a time column named '*_ns' is in nanoseconds, "
+                        "'*_ms' / '*_us' (or '[ms]', '(us)') in milli- / microseconds")
     parser.add_argument('--dt', type=float, default=None,
                         help='files: sample period in seconds (in place of a time column)')
     parser.add_argument('--split', default=None,
