@@ -10,6 +10,7 @@ from typing import Optional, TYPE_CHECKING
 if TYPE_CHECKING:   # no torch or rosbags at `rdl --help`
     from robot_dynamics_learning.learning.replay import JointStream
 
+REPLAY_AUDIT_SAMPLES = 20000   # the bag's first samples judged before the URDF models run
 MODEL_CHOICES = ('lstm', 'ac_rkn_inverse', 'ffnn', 'hybrid', 'rigid_body', 'gp')
 
 
@@ -74,14 +75,14 @@ def run_replay(args: argparse.Namespace) -> int:
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
           f'{stream.torque_source}', flush=True)
     models = [m.strip() for m in args.models.split(',') if m.strip()]
-    degrees = _degrees_reason(stream, args.urdf, str(args.bag)) if args.urdf else None
+    refused = _urdf_data_reason(stream, args.urdf) if args.urdf else None
     skipped = {}
-    if degrees:   # the URDF models would learn from garbage torques; the others still run
-        skipped = {m: degrees for m in dict.fromkeys(models + ['rigid_body'])
+    if refused:   # the URDF models would learn from garbage torques; the others still run
+        skipped = {m: refused for m in dict.fromkeys(models + ['rigid_body'])
                    if m in replay.URDF_MODELS}
         models = [m for m in models if m not in skipped]
     block_s = args.block_s or max(stream.duration_s / 20, 1e-3)
-    result = replay.replay(stream, models, None if degrees else args.urdf,
+    result = replay.replay(stream, models, None if refused else args.urdf,
                            params, replay.Holdout.parse(args.holdout, block_s),
                            int(params.get('seed', 0)), progress=True)
     result.skipped.update(skipped)
@@ -108,15 +109,17 @@ def _in_urdf_order(stream: 'JointStream', urdf: str) -> 'JointStream':
         return stream
 
 
-def _degrees_reason(stream: 'JointStream', urdf: str, source: str) -> Optional[str]:
+def _urdf_data_reason(stream: 'JointStream', urdf: str) -> Optional[str]:
     """
-    Return why the URDF models must skip the stream (q looks like degrees), else None.
+    Return why the URDF models must skip the stream, else None: the checks of `rdl train`.
 
-    Joints beyond the URDF's limits are a logged warning (`urdf_range.check_urdf_range`). A
-    URDF that does not load, or whose joints the stream lacks, is left to `replay.replay`,
-    which skips its models saying why.
+    q in degrees, qd of another scale, sign or joint, tau of another sign or unit, judged as
+    dynamics_learner judges its first samples (`stream_audit.StreamAudit`), here on the
+    first `REPLAY_AUDIT_SAMPLES` of the bag. Warnings (joints beyond the limits) are
+    printed. A URDF that does not load, or whose joints the stream lacks, is left to
+    `replay.replay`, which skips its models saying why.
     """
-    from robot_dynamics_learning.learning.urdf_range import check_urdf_range
+    from robot_dynamics_learning.learning.stream_audit import StreamAudit
     from robot_dynamics_learning.models.registry import urdf_robot
     try:
         robot = urdf_robot('rigid_body', {'urdf': urdf})
@@ -124,8 +127,11 @@ def _degrees_reason(stream: 'JointStream', urdf: str, source: str) -> Optional[s
         return None
     if list(robot.joint_names) != list(stream.joint_names):
         return None
-    try:
-        check_urdf_range(robot, stream.q, source)
-    except ValueError as error:
-        return str(error)
-    return None
+    count = min(len(stream), REPLAY_AUDIT_SAMPLES)
+    audit = StreamAudit(robot, stream.joint_names, size=count)
+    for k in range(count):
+        audit.add(float(stream.stamp_s[k]), stream.q[k], stream.qd[k], stream.tau[k])
+    audit.finish()
+    for warning in audit.warnings:
+        print(f'warning: {warning}', flush=True)
+    return audit.problem

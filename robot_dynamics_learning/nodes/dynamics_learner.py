@@ -47,6 +47,7 @@ from robot_dynamics_learning.learning.learner_params import (DynamicsLearnerConf
                                                              model_settings, uncommanded)
 from robot_dynamics_learning.learning.prequential import (LatencyLog, Recorder,
                                                           saved_variance_scale)
+from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, urdf_robot
 from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed, Float32Guard,
@@ -127,7 +128,7 @@ class DynamicsLearnerNode(ManagedNode):
         torch.set_num_threads(params.torch_threads)
         names = list(params.joint_names or ())
         self._urdf_joints: Optional[List[str]] = None
-        robot = urdf_robot(self.model_type, self.model_config)
+        self.robot = robot = urdf_robot(self.model_type, self.model_config)
         if not names and robot is not None:
             # Physics models need the URDF's joint order: messages are reordered by name.
             names = self._urdf_joints = list(robot.joint_names)
@@ -184,6 +185,7 @@ class DynamicsLearnerNode(ManagedNode):
         self.status_write_errors = 0
         self.checkpoint_dir_refused = 0   # 1: checkpoint_dir holds another run (no saving)
         self.float32 = Float32Guard()
+        self.audit: Optional[StreamAudit] = None
         self.autostart()
 
     def configure(self) -> None:
@@ -217,6 +219,7 @@ class DynamicsLearnerNode(ManagedNode):
         params = self.params
         n = len(names)
         self.joint_names = names
+        self.audit = StreamAudit(self.robot, names)
         torch.manual_seed(params.seed)
         model, start_step, fitted, variance_scale = None, 0, False, None
         if params.checkpoint_dir:
@@ -364,6 +367,10 @@ class DynamicsLearnerNode(ManagedNode):
         if torque is None:
             self.predict_only += 1
         stamp = sample.stamp_ns * 1e-9
+        if self.audit.add(stamp, sample.position, sample.velocity, torque):
+            self._report_audit()
+            if self.build_error:
+                return
         features = self.stream.sample(stamp, sample.position, sample.velocity, torque)
         if features is None:
             return
@@ -379,6 +386,17 @@ class DynamicsLearnerNode(ManagedNode):
             self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
         if self.record is not None and target is not None:
             self.record.add(stamp, target, mean, self.learner.prequential.nmse())
+
+    def _report_audit(self) -> None:
+        """Log the data audit's findings; a refusal stops learning and predicting."""
+        for warning in self.audit.warnings:
+            self.get_logger().warn(warning)
+        if self.audit.problem:
+            self.build_error = f'data refused: {self.audit.problem}'
+            self.get_logger().error(f'not learning: {self.build_error}')
+        else:
+            self.get_logger().info(f'data audit of the first {self.audit.size} samples passed'
+                                   + (' with warnings' if self.audit.warnings else ''))
 
     def _build_at_first_message(self) -> bool:
         """Build the learner for the adopted joints; a failure stops learning, not the node."""
@@ -437,6 +455,7 @@ class DynamicsLearnerNode(ManagedNode):
                       samples_out_of_range=self.float32.skipped,
                       other_joint_sets=len(self.other_joint_sets),
                       held_for_joint_choice=len(self.joint_sets.held),
+                      data_audit='pending' if self.audit is None else self.audit.state,
                       **self.commands.diagnostics())
         if self.checkpoints is not None:
             values.update({f'checkpoints_skipped_{reason}': n

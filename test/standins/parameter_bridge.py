@@ -58,6 +58,9 @@ try:
     rclpy.spin(node)
 except (KeyboardInterrupt, ExternalShutdownException):
     pass
+except RuntimeError:   # a take racing the SIGINT shutdown of the context (seen in CI at exit)
+    if rclpy.ok():
+        raise
 finally:
     node.destroy_node()
     rclpy.try_shutdown()

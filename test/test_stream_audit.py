@@ -1,0 +1,78 @@
+"""dynamics_learner holds its first samples to the offline data checks, over real DDS."""
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+import numpy as np
+import pytest
+from robot_dynamics_learning.dynamics import load_urdf
+from robot_dynamics_learning.learning.stream_audit import StreamAudit
+from robot_dynamics_learning.nodes.conversions import joint_state_msg
+from ros_util import start_node, stop_node, TestNode, wait_for
+from sensor_msgs.msg import JointState
+from test_velocity_check import _arm, URDF
+
+JOINTS = ['joint1', 'joint2']
+
+
+def _feed(audit: StreamAudit, arm, q_scale: float = 1.0, tau_scale: float = 1.0) -> bool:
+    """Stream the arm into the audit (q and qd times q_scale); True if it completed once."""
+    done = [audit.add(t, q * q_scale, qd * q_scale, tau * tau_scale)
+            for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau)]
+    return done.index(True) == audit.size - 1 and sum(done) == 1
+
+
+@pytest.mark.parametrize('q_scale, tau_scale, words', [
+    (1.0, 1.0, None), (1.0, -1.0, 'other sign convention'), (1.0, 1000.0, 'another unit'),
+    (np.degrees(1.0), 1.0, 'look like degrees')])
+def test_the_audit_judges_the_first_samples_once(q_scale, tau_scale, words):
+    audit = StreamAudit(load_urdf(URDF), JOINTS, size=1000)
+    assert _feed(audit, _arm(1200), q_scale, tau_scale)
+    if words is None:
+        assert audit.state == 'passed' and not audit.warnings
+    else:
+        assert audit.state == 'refused' and words in audit.problem
+    learned = StreamAudit(None, JOINTS, size=1000)   # no URDF: q and tau are not judged
+    assert _feed(learned, _arm(1200), q_scale, tau_scale) and learned.state == 'passed'
+
+
+def test_swapped_velocities_are_refused_for_a_urdf_model_and_a_reset_starts_over():
+    arm = _arm(1200)
+    arm.qd = arm.qd[:, ::-1].copy()
+    swapped = StreamAudit(load_urdf(URDF), JOINTS, size=1000)
+    _feed(swapped, arm)
+    assert swapped.state == 'refused' and 'qd' in swapped.problem
+    audit = StreamAudit(load_urdf(URDF), JOINTS, size=1000)
+    arm = _arm(1200)
+    for t, q, qd, tau in zip(arm.time[:500], arm.q, arm.qd, arm.tau):
+        audit.add(t, q, qd, tau)
+    assert not audit.add(0.0, arm.q[0], arm.qd[0], arm.tau[0])   # time went back: gather again
+    assert audit.state == 'pending' and len(audit._rows) == 1
+
+
+@pytest.mark.ros
+def test_dynamics_learner_stops_on_flipped_torques_and_says_why(tmp_path):
+    log = tmp_path / 'learner.log'
+    node = start_node('dynamics_learner', params={
+        'model': 'rigid_body', 'urdf': URDF, 'trainer_process': False, 'checkpoint_dir': '',
+        'diagnostics_period_s': 0.5}, log_path=log)
+    try:
+        with TestNode('flipped_arm') as arm_node:
+            audits = []
+            arm_node.node.create_subscription(
+                DiagnosticArray, '/diagnostics',
+                lambda m: audits.extend(v.value for s in m.status for v in s.values
+                                        if v.key == 'data_audit'), 10)
+            publisher = arm_node.node.create_publisher(JointState, '/joint_states', 100)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
+                log.read_text()
+            arm = _arm(2300, dt=0.002)
+            start = 10**9
+            for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau):
+                publisher.publish(joint_state_msg(start + int(t * 1e9), JOINTS, q, qd, -tau))
+                time.sleep(0.001)
+            assert wait_for(lambda: 'data refused' in log.read_text(), 20), log.read_text()
+            assert wait_for(lambda: 'refused' in audits, 5), audits
+    finally:
+        stop_node(node)
+    text = log.read_text()
+    assert 'not learning: data refused' in text and 'other sign convention' in text
