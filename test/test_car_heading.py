@@ -1,10 +1,12 @@
 """A mocap rigid body whose x axis is not the car's forward: refused offline, warned live."""
+from contextlib import contextmanager
 import dataclasses
 import math
 from pathlib import Path
 import time
+from typing import Optional
 
-from geometry_msgs.msg import TwistStamped
+from geometry_msgs.msg import PoseStamped, TwistStamped
 import numpy as np
 import pytest
 from rclpy.qos import qos_profile_sensor_data
@@ -96,32 +98,38 @@ def test_a_y_up_mocap_frame_is_refused_a_small_tilt_is_not(tmp_path):
     assert len(flat[0]) > 250
 
 
+@contextmanager
+def _estimator(log: Path, params: Optional[dict] = None):
+    """Run car_state_estimator; yield (its mocap pose publisher, the twists it published)."""
+    process = start_node('car_state_estimator', params, log_path=log)
+    try:
+        with TestNode('heading_probe') as probe:
+            twists = []
+            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
+                                           qos_profile_sensor_data)
+            publisher = probe.node.create_publisher(PoseStamped, 'mocap_pose',
+                                                    qos_profile_sensor_data)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
+            yield publisher, twists
+    finally:
+        assert stop_node(process) == 0, log.read_text()
+
+
 @pytest.mark.ros
 def test_the_estimator_warns_and_takes_yaw_offset_deg(tmp_path):
     """A car driving along x whose mocap yaw says +90 deg: warned; yaw_offset_deg -90 fixes it."""
     for offset in (0.0, -90.0):
         log = tmp_path / f'estimator_{offset:g}.log'
-        process = start_node('car_state_estimator', {'yaw_offset_deg': offset}, log_path=log)
-        try:
-            with TestNode('heading_probe') as probe:
-                twists = []
-                probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
-                                               qos_profile_sensor_data)
-                publisher = probe.node.create_publisher(type(planar_pose_msg(0, 0, 0, 0)),
-                                                        'mocap_pose', qos_profile_sensor_data)
-                assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
-                start_ns, speed, rate = time.time_ns(), 1.5, 240.0
-                for i in range(int(2.0 * rate)):
-                    t = i / rate
-                    publisher.publish(planar_pose_msg(start_ns + int(t * 1e9), speed * t, 0.0,
-                                                      math.pi / 2))
-                    time.sleep(1.0 / rate)
-                assert wait_for(lambda: len(twists) > 100, 5.0), log.read_text()
-                late = twists[-20:]
-                vx = np.median([m.twist.linear.x for m in late])
-                vy = np.median([m.twist.linear.y for m in late])
-        finally:
-            assert stop_node(process) == 0, log.read_text()
+        with _estimator(log, {'yaw_offset_deg': offset}) as (publisher, twists):
+            start_ns, speed, rate = time.time_ns(), 1.5, 240.0
+            for i in range(int(2.0 * rate)):
+                t = i / rate
+                publisher.publish(planar_pose_msg(start_ns + int(t * 1e9), speed * t, 0.0,
+                                                  math.pi / 2))
+                time.sleep(1.0 / rate)
+            assert wait_for(lambda: len(twists) > 100, 5.0), log.read_text()
+            vx = np.median([m.twist.linear.x for m in twists[-20:]])
+            vy = np.median([m.twist.linear.y for m in twists[-20:]])
         text = log.read_text()
         if offset == 0.0:
             assert vy == pytest.approx(-speed, abs=0.1) and abs(vx) < 0.1
@@ -134,22 +142,12 @@ def test_the_estimator_warns_and_takes_yaw_offset_deg(tmp_path):
 @pytest.mark.ros
 def test_the_estimator_rejects_poses_without_a_vertical_z_axis(tmp_path):
     log = tmp_path / 'estimator.log'
-    process = start_node('car_state_estimator', log_path=log)
-    try:
-        with TestNode('tilt_probe') as probe:
-            twists = []
-            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
-                                           qos_profile_sensor_data)
-            publisher = probe.node.create_publisher(type(planar_pose_msg(0, 0, 0, 0)),
-                                                    'mocap_pose', qos_profile_sensor_data)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
-            start_ns = time.time_ns()
-            for i in range(120):
-                msg = planar_pose_msg(start_ns + i * 10_000_000, 0.01 * i, 0.0, 0.0)
-                msg.pose.orientation.x = msg.pose.orientation.w = math.sqrt(0.5)
-                publisher.publish(msg)
-                time.sleep(0.01)
-            assert wait_for(lambda: 'pose rejected: the mocap body' in log.read_text(), 5.0)
-            assert not twists   # no state for the MPC from poses without a yaw
-    finally:
-        assert stop_node(process) == 0, log.read_text()
+    with _estimator(log) as (publisher, twists):
+        start_ns = time.time_ns()
+        for i in range(120):
+            msg = planar_pose_msg(start_ns + i * 10_000_000, 0.01 * i, 0.0, 0.0)
+            msg.pose.orientation.x = msg.pose.orientation.w = math.sqrt(0.5)
+            publisher.publish(msg)
+            time.sleep(0.01)
+        assert wait_for(lambda: 'pose rejected: the mocap body' in log.read_text(), 5.0)
+        assert not twists   # no state for the MPC from poses without a yaw
