@@ -6,10 +6,8 @@ from pathlib import Path
 import time
 from typing import Optional
 
-from geometry_msgs.msg import PoseStamped, TwistStamped
 import numpy as np
 import pytest
-from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning import cli
 from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.data.car_heading import (judge_drives, judge_travel, tilt_deg,
@@ -17,7 +15,7 @@ from robot_dynamics_learning.data.car_heading import (judge_drives, judge_travel
 from robot_dynamics_learning.data.car_sources import (BagOptions, car_csv_files, load_car_bags,
                                                       load_car_csvs)
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg
-from ros_util import start_node, stop_node, TestNode, wait_for
+from ros_util import estimator_probe, start_node, stop_node, TestNode, wait_for
 
 DART = Path(__file__).parent / 'fixtures' / 'data' / 'rc_car_dart'
 
@@ -104,11 +102,7 @@ def _estimator(log: Path, params: Optional[dict] = None):
     process = start_node('car_state_estimator', params, log_path=log)
     try:
         with TestNode('heading_probe') as probe:
-            twists = []
-            probe.node.create_subscription(TwistStamped, 'car/twist', twists.append,
-                                           qos_profile_sensor_data)
-            publisher = probe.node.create_publisher(PoseStamped, 'mocap_pose',
-                                                    qos_profile_sensor_data)
+            twists, _, publisher = estimator_probe(probe.node)
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
             yield publisher, twists
     finally:
