@@ -52,6 +52,18 @@ def test_a_turned_rigid_body_is_refused_naming_the_offset(tmp_path, drives, turn
     assert len(load_car_bags([bag], BagOptions(heading_check=False))) == 1   # kept as it is
 
 
+@pytest.mark.parametrize('signs, words', [
+    ((-1.0, 1.0), 'drives forward under a negative throttle'),
+    ((1.0, -1.0), 'yaw rate turns against steering'), ((-1.0, -1.0), 'negative throttle')])
+def test_a_throttle_or_steering_of_the_other_sign_is_named(drives, signs, words):
+    verdict = judge_drives(drives)
+    assert verdict.steering > 0.9 and verdict.pulled == 0.0   # DART: left is positive
+    flipped = [dataclasses.replace(d, actions=d.actions * np.array(signs)) for d in drives]
+    assert words in judge_drives(flipped).problem()
+    turned = judge_drives(_turned(drives, 180))   # a reversed heading flips the turns too
+    assert 'pose x axis' in turned.problem() and turned.steering < -0.9
+
+
 def test_rdl_car_train_refuses_then_takes_the_offset(tmp_path, drives, capsys):
     bag = tmp_path / 'drive'
     bag_io.write_car_trajectories(bag, _turned(drives, 90))
