@@ -446,3 +446,13 @@ def test_time_columns_in_milli_or_microseconds_are_read_in_seconds(name, scale):
     index = np.arange(400.0)   # a 1 kHz logger's time_ms counts 0, 1, 2: milliseconds
     assert trajectories_from_table({'time_ms': index, 'q': np.sin(index / 100),
                                     'tau': index})[0].dt == pytest.approx(1e-3)
+
+
+def test_a_continuous_joint_wrapped_at_pi_is_differentiated_without_spikes():
+    time = np.arange(2000) * 0.002
+    angle = 3.0 * time   # 12 rad: the reported angle wraps to (-pi, pi] twice
+    wrapped = np.angle(np.exp(1j * angle))
+    piece = trajectories_from_table({'time': time, 'q': wrapped, 'tau': np.sin(angle)})[0]
+    np.testing.assert_allclose(piece.qd[:, 0], 3.0, atol=1e-6)   # before: spikes of -3000
+    np.testing.assert_allclose(piece.qdd[:, 0], 0.0, atol=1e-3)
+    np.testing.assert_array_equal(piece.q[:, 0], wrapped)   # positions are kept as given

@@ -359,6 +359,16 @@ def derive_missing(trajectory: Trajectory,
     return derived
 
 
+def continuous_angles(q: np.ndarray) -> np.ndarray:
+    """
+    Return joint positions (T, n) without the 2 pi jumps of angles wrapped to (-pi, pi].
+
+    Why: a continuous joint turning past pi is reported wrapped; its derivative would be a
+    spike of -2 pi / dt. No joint moves pi in one sample, so the unwrapping is safe for all.
+    """
+    return np.unwrap(np.asarray(q, np.float64), axis=0)
+
+
 def _derivative_rows(time: np.ndarray, window_s: float) -> int:
     """Rows the Savitzky-Golay derivative of `savgol_derivative` needs at this sample rate."""
     if time.size < 2:
@@ -402,7 +412,7 @@ def trajectory_from_arrays(time: np.ndarray, q: Optional[np.ndarray] = None,
                              f'over {derivative_window_s} s (after a split: use larger blocks)')
         period = float(np.median(np.diff(time)))
         if qd is None and q is not None:
-            qd = savgol_derivative(np.asarray(q, np.float64), period, derivative_window_s,
+            qd = savgol_derivative(continuous_angles(q), period, derivative_window_s,
                                    order=3, deriv=1)
         if qdd is None:
             qdd = savgol_derivative(np.asarray(qd, np.float64), period, derivative_window_s,
