@@ -4,12 +4,13 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
+from robot_dynamics_learning import cli
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
 from ros_util import start_node, stop_node, TestNode, wait_for
 from sensor_msgs.msg import JointState
-from test_velocity_check import _arm, URDF
+from test_velocity_check import _arm, _csv, CONFIGS, URDF
 
 JOINTS = ['joint1', 'joint2']
 
@@ -76,3 +77,21 @@ def test_dynamics_learner_stops_on_flipped_torques_and_says_why(tmp_path):
         stop_node(node)
     text = log.read_text()
     assert 'not learning: data refused' in text and 'other sign convention' in text
+
+
+def test_effort_that_is_zero_everywhere_is_refused_unless_it_is_a_command(tmp_path, capsys):
+    arm = _arm(1200)
+    for measured, state in ((True, 'refused'), (False, 'passed')):
+        audit = StreamAudit(None, JOINTS, size=1000, measured=measured)
+        _feed(audit, arm, tau_scale=0.0)
+        assert audit.state == state
+    refused = StreamAudit(None, JOINTS, size=1000)
+    _feed(refused, arm, tau_scale=0.0)
+    assert 'does not measure it' in refused.problem
+    zero = _arm(1200)
+    zero.tau = np.zeros_like(zero.tau)
+    config = tmp_path / 'ffnn.yaml'
+    config.write_text(CONFIGS['ffnn'])
+    assert cli.main(['train', '--config', str(config), '--out', str(tmp_path / 'run'),
+                     '--data', _csv(tmp_path / 'zero.csv', zero, 1.0)]) == 2
+    assert 'the torque (effort) is 0 for every joint' in capsys.readouterr().err

@@ -123,3 +123,19 @@ def check_velocities(trajectories: Sequence[Trajectory], window_s: float, source
     for problem in problems:
         LOG.warning('%s: %s', source, problem)
     return problems
+
+
+def unmeasured_torques(trajectories: Sequence[Trajectory]) -> Optional[str]:
+    """
+    Return why the torques cannot be learned from where every recorded tau is 0, else None.
+
+    Why: drivers that do not measure torque may still fill JointState.effort with zeros;
+    a model would learn that every torque is 0. One joint at 0 (Kinova's joint 7) is kept.
+    """
+    taus = [t.tau for t in trajectories if t.tau is not None and len(t)]
+    if not taus or any(np.any(tau != 0) for tau in taus):
+        return None
+    rows = sum(len(tau) for tau in taus)
+    return (f'the torque (effort) is 0 for every joint in all {rows} samples: the driver '
+            'does not measure it; learn from the commanded torques instead (rdl: a torque '
+            'command topic or columns; dynamics_learner: torque_source command)')

@@ -22,7 +22,7 @@ from robot_dynamics_learning.data.loading import (derive_missing, file_columns, 
                                                   parse_columns, trajectories_from_table)
 from robot_dynamics_learning.data.splits import parse_split, Split
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.data.velocity_check import check_velocities
+from robot_dynamics_learning.data.velocity_check import check_velocities, unmeasured_torques
 from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
                                                   forward_dynamics_windows,
                                                   inverse_dynamics_arrays,
@@ -319,13 +319,17 @@ def _check_data(robot: Optional[RobotModel], trajectories: Sequence[Trajectory],
     """
     Check the joint data before a model sees them; return the findings for the summary.
 
-    Recorded qd against dq/dt (`data.velocity_check`: a wrong scale or sign is refused for a
+    Torques that are 0 everywhere (not measured) are refused. Recorded qd against dq/dt
+    (`data.velocity_check`: a wrong scale or sign is refused for a
     URDF model, warned of otherwise) and, for a URDF model, q against its limits (degrees are
     refused, joints beyond them warned of: `urdf_range`) and tau against its RNEA torque (the
     other sign or unit is refused: `urdf_torques`). The data are in the URDF's joint order
     (`load_data`).
     """
     source = ' '.join(map(str, data))
+    zeros = unmeasured_torques(trajectories)
+    if zeros:
+        raise ValueError(f'{source}: {zeros}')
     found = {'velocity_problems': check_velocities(
         trajectories, _derivative_window(data_config), source, refuse_certain=robot is not None)}
     if robot is not None and any(t.q is not None for t in trajectories):

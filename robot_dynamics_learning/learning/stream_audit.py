@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 from robot_dynamics_learning.data.loading import (DEFAULT_DERIVATIVE_WINDOW_S,
                                                   trajectories_from_table)
-from robot_dynamics_learning.data.velocity_check import check_velocities
+from robot_dynamics_learning.data.velocity_check import check_velocities, unmeasured_torques
 from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.learning.urdf_range import joint_ranges
 from robot_dynamics_learning.learning.urdf_torques import check_torques
@@ -26,9 +26,10 @@ class StreamAudit:
     """Collect the first `size` samples (stamp, q, qd, tau) once and judge them."""
 
     def __init__(self, robot: Optional[RobotModel], joint_names: Sequence[str],
-                 size: int = AUDIT_SAMPLES,
-                 window_s: float = DEFAULT_DERIVATIVE_WINDOW_S) -> None:
-        self.robot, self.joint_names = robot, list(joint_names)
+                 size: int = AUDIT_SAMPLES, window_s: float = DEFAULT_DERIVATIVE_WINDOW_S,
+                 measured: bool = True) -> None:
+        """measured: the torques are the messages' effort (commands may well be all 0)."""
+        self.robot, self.joint_names, self.measured = robot, list(joint_names), measured
         self.size, self.window_s = size, window_s
         self._rows: List[tuple] = []
         self.done = False
@@ -75,6 +76,9 @@ class StreamAudit:
             self.warnings.append(f'data audit skipped: {error}')
             return
         try:
+            zeros = unmeasured_torques(pieces) if self.measured else None
+            if zeros:
+                raise ValueError(f'{SOURCE}: {zeros}')
             self.warnings += check_velocities(pieces, self.window_s, SOURCE,
                                               refuse_certain=self.robot is not None)
             if self.robot is not None:

@@ -219,7 +219,7 @@ class DynamicsLearnerNode(ManagedNode):
         params = self.params
         n = len(names)
         self.joint_names = names
-        self.audit = StreamAudit(self.robot, names)
+        self.audit = StreamAudit(self.robot, names, measured=self.torque_source == 'effort')
         torch.manual_seed(params.seed)
         model, start_step, fitted, variance_scale = None, 0, False, None
         if params.checkpoint_dir:
