@@ -447,3 +447,17 @@ def test_mocap_poses_of_other_common_types_read_as_posestamped_does(tmp_path, ms
     drives = load_car_drives('bag', [tmp_path / 'other'], options)
     np.testing.assert_allclose(drives[0].observations, reference[0].observations, atol=1e-9)
     np.testing.assert_array_equal(drives[0].actions, reference[0].actions)
+
+
+def test_positions_in_millimetres_are_named_not_cut_into_standstills():
+    from pathlib import Path
+    from robot_dynamics_learning.data.car_sources import car_csv_files, load_car_csvs
+    drives = load_car_csvs(car_csv_files(Path(__file__).parent / 'fixtures' / 'data' /
+                                         'rc_car_dart'))
+    assert car_dataset(drives, 0.05).info['cut_too_fast'] < 10
+    millimetres = [Trajectory(time=d.time, actions=d.actions,
+                              observations=d.observations * np.array([1000.0, 1000.0, 1.0]))
+                   for d in drives]
+    # Before: the moving states were cut as glitches and the model learned the standstills.
+    with pytest.raises(ValueError, match=r'states are faster than 80 m/s.*positions in mm'):
+        car_dataset(millimetres, 0.05)

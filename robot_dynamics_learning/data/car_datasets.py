@@ -25,6 +25,9 @@ MIN_GAP_S = 0.05
 # The offline smoothing window spans at least this many samples (0.1 s at 100 Hz; 20 Hz
 # data gets 0.25 s: fewer samples in the window would leave the mocap noise in the labels).
 WINDOW_SAMPLES = 5
+# Glitches are a few states: a twentieth of them (DART: none) over 10 times max_speed is a
+# unit error (positions in mm), whose standstills alone would otherwise be kept.
+UNIT_ERROR_SHARE, UNIT_ERROR_FACTOR = 0.05, 10.0
 MIN_WINDOW_S = 0.1
 # Held-out DART drives: one free-driving and one steering-identification recording (the
 # rest, 15 files and about 12 minutes, train). Chosen so both kinds of driving are tested.
@@ -206,7 +209,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
     pieces = [(piece, window) for trajectory, gap, window in zip(trajectories, gaps, windows)
               for piece in split_at_gaps([trajectory], gap, max(0.2, 2 * window))]
     observations, actions, segments = [], [], []
-    count = too_fast = 0
+    count = too_fast = absurd = judged = 0
     for trajectory, window in pieces:
         grid, states = offline_body_states(trajectory.time, trajectory.observations, fine_dt,
                                            window)
@@ -218,7 +221,10 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
         coarse = states[:steps * stride + 1:stride][:steps]
         mean_cmd = commands[:steps * stride].reshape(steps, stride, -1).mean(axis=1)
         # Mocap glitches show as impossible velocities: keep only runs of plausible states.
-        plausible = ((np.hypot(coarse[:, 3], coarse[:, 4]) < max_speed)
+        speed = np.hypot(coarse[:, 3], coarse[:, 4])
+        absurd += int((speed > UNIT_ERROR_FACTOR * max_speed).sum())
+        judged += len(speed)
+        plausible = ((speed < max_speed)
                      & (np.abs(coarse[:, 5]) < max_yaw_rate))
         too_fast += int((~plausible).sum())
         edges = np.flatnonzero(np.diff(np.concatenate([[0], plausible.astype(int), [0]])))
@@ -230,6 +236,11 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
             segments.append((count, count + b - a))
             count += b - a
     info['cut_too_fast'] = too_fast
+    if absurd > UNIT_ERROR_SHARE * judged:
+        raise ValueError(f'{absurd} of {judged} states are faster than '
+                         f'{UNIT_ERROR_FACTOR * max_speed:g} m/s, {UNIT_ERROR_FACTOR:g} times '
+                         f'--max-speed: positions in mm (a mocap streaming millimetres)? '
+                         'Convert them to metres')
     if not observations:   # name both causes: a too low max_speed also leaves no transition
         raise ValueError(f'no drive is long enough for one transition (detected '
                          f'{1.0 / period:.1f} Hz, gaps over {max(gaps):.3f} s split drives; '
