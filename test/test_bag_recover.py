@@ -85,3 +85,31 @@ def test_the_cli_reports_counts_and_refuses_to_overwrite(tmp_path, capsys):
     assert cli.main(['bag', 'recover', str(tmp_path / 'empty'), '--out',
                      str(tmp_path / 'x')]) == 2
     assert 'no .mcap or .db3 storage file' in capsys.readouterr().err
+
+
+LATCHED = ('- history: 1\n  depth: 1\n  reliability: 1\n  durability: 1\n'
+           '  deadline: {sec: 2147483647, nsec: 4294967295}\n'
+           '  lifespan: {sec: 2147483647, nsec: 4294967295}\n  liveliness: 1\n'
+           '  liveliness_lease_duration: {sec: 2147483647, nsec: 4294967295}\n'
+           '  avoid_ros_namespace_conventions: false\n')
+
+
+@pytest.mark.parametrize('storage', ['mcap', 'sqlite3'])
+def test_the_offered_qos_of_each_topic_is_carried_over(tmp_path, storage):
+    from rosbags.rosbag2.metadata import parse_qos
+    store = get_typestore(Stores.ROS2_JAZZY)
+    bag = tmp_path / 'latched'
+    writer = Writer(bag, version=8, storage_plugin=bag_io.STORAGES[storage])
+    writer.open()
+    connection = writer.add_connection('/robot_description', 'std_msgs/msg/String',
+                                       typestore=store, offered_qos_profiles=parse_qos(LATCHED))
+    message = store.types['std_msgs/msg/String'](data='<robot name="arm"/>')
+    writer.write(connection, 10**9, store.serialize_cdr(message, 'std_msgs/msg/String'))
+    writer.close()
+    (bag / 'metadata.yaml').unlink()
+    recover_bag(bag, tmp_path / 'fixed', storage=storage)
+    with AnyReader([tmp_path / 'fixed']) as reader:
+        (recovered,) = reader.connections
+        # Before: none, so a player offered /robot_description volatile and late
+        # subscribers (robot_state_publisher's listeners) never got it.
+        assert recovered.ext.offered_qos_profiles == parse_qos(LATCHED)

@@ -6,8 +6,8 @@ MCAP file without its summary and end magic: rosbags, and so every reader here, 
 The storage files still hold every message written before the crash. `recover_bag` reads
 them record by record (MCAP with the `mcap` library's stream reader, sqlite3 through its
 own tables) up to the first damaged record, and writes those messages, their serialized
-bytes unchanged, into a version-8 bag that every tool reads. Offered QoS profiles are not
-carried over (players fall back to their defaults).
+bytes unchanged, into a version-8 bag that every tool reads, with each topic's offered QoS
+profiles as recorded (a latched /tf_static must stay transient local when played back).
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +20,8 @@ from mcap.exceptions import McapError
 from mcap.records import Channel, Message, Schema
 from mcap.stream_reader import StreamReader
 from robot_dynamics_learning.data.bag_io import close_or_discard, named_typestore, STORAGES
-from rosbags.rosbag2 import Writer
+from rosbags.rosbag2 import ReaderError, Writer
+from rosbags.rosbag2.metadata import parse_qos
 from rosbags.typesys import get_types_from_msg
 from tqdm import tqdm
 
@@ -36,6 +37,7 @@ class RawMessage(NamedTuple):
     msgdef: str          # the recorded definition ('' where the file has none: Humble sqlite3)
     receive_ns: int
     data: bytes
+    qos: str = ''        # the offered QoS profiles as recorded (YAML), '' where unknown
 
 
 @dataclass
@@ -89,7 +91,8 @@ def mcap_messages(path: Path, report: RecoveryReport) -> Iterator[RawMessage]:
                         continue
                     yield RawMessage(channel.topic, schema.name,
                                      schema.data.decode('utf-8', 'replace'), record.log_time,
-                                     bytes(record.data))
+                                     bytes(record.data),
+                                     channel.metadata.get('offered_qos_profiles', ''))
             report.ended[str(path)] = 'complete'
         except (McapError, KeyError, struct.error, ValueError) as error:
             report.ended[str(path)] = _damage(error, stream.tell())
@@ -100,12 +103,13 @@ def sqlite_messages(path: Path, report: RecoveryReport) -> Iterator[RawMessage]:
     database = sqlite3.connect(f'file:{path}?mode=ro', uri=True)
     try:
         topics = {row[0]: row[1:] for row in database.execute(
-            'SELECT id, name, type FROM topics')}
+            'SELECT id, name, type, offered_qos_profiles FROM topics')}
         definitions = _sqlite_definitions(database)
         rows = database.execute('SELECT topic_id, timestamp, data FROM messages ORDER BY id')
         for topic_id, stamp, data in rows:
-            topic, msgtype = topics[topic_id]
-            yield RawMessage(topic, msgtype, definitions.get(msgtype, ''), stamp, bytes(data))
+            topic, msgtype, qos = topics[topic_id]
+            yield RawMessage(topic, msgtype, definitions.get(msgtype, ''), stamp, bytes(data),
+                             qos or '')
         report.ended[str(path)] = 'complete'
     except (sqlite3.DatabaseError, KeyError) as error:
         report.ended[str(path)] = _damage(error, None)
@@ -183,4 +187,9 @@ def _connection(writer: Writer, store, message: RawMessage, report: RecoveryRepo
             report.skipped_topics[message.topic] = (f'definition of {message.msgtype} '
                                                     f'unreadable: {error}')
             return None
-    return writer.add_connection(message.topic, message.msgtype, typestore=store)
+    try:
+        qos = parse_qos(message.qos)
+    except ReaderError:   # unreadable profiles: the player's defaults, as before
+        qos = []
+    return writer.add_connection(message.topic, message.msgtype, typestore=store,
+                                 offered_qos_profiles=qos)
