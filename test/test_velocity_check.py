@@ -101,3 +101,12 @@ def test_identify_refuses_a_velocity_in_another_unit(tmp_path):
         load_samples([data], load_urdf(URDF))
     good = _csv(tmp_path / 'good.csv', _arm(), 1.0)
     assert load_samples([good], load_urdf(URDF))[0][1].shape[1] == 2
+
+
+def test_a_velocity_filled_with_zeros_while_q_moves_is_named(kinova):
+    zeros = [dataclasses.replace(t, qd=np.zeros_like(t.qd)) for t in kinova]
+    with pytest.raises(ValueError, match=r'joint_1: qd is 0 in every sample while q moves'):
+        check_velocities(zeros, WINDOW_S, 'kinova', refuse_certain=True)
+    still = [dataclasses.replace(t, q=np.zeros_like(t.q), qd=np.zeros_like(t.qd))
+             for t in kinova]
+    assert velocity_report(still, WINDOW_S) == []   # a robot at rest: nothing to judge

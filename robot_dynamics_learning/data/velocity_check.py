@@ -35,7 +35,8 @@ class JointVelocity:
     One joint's recorded qd against dq/dt: least-squares factor and correlation.
 
     other: the joint whose dq/dt this qd follows far better than its own (a swapped
-    column), else None.
+    column), else None; constant: the value of a qd that never changes while q moves (a
+    driver that fills velocity without measuring it), else None.
     """
 
     joint: str
@@ -43,15 +44,20 @@ class JointVelocity:
     correlation: float
     samples: int
     other: Optional[str] = None
+    constant: Optional[float] = None
 
     @property
     def certain(self) -> bool:
-        """Return True where qd is certainly wrong: another scale, sign or joint."""
-        return self.other is not None or (abs(self.correlation) > FOLLOWS and not
-                                          FACTOR_RANGE[0] < self.factor < FACTOR_RANGE[1])
+        """Return True where qd is certainly wrong: constant, another scale, sign or joint."""
+        return self.other is not None or self.constant is not None or (
+            abs(self.correlation) > FOLLOWS
+            and not FACTOR_RANGE[0] < self.factor < FACTOR_RANGE[1])
 
     def problem(self) -> Optional[str]:
         """Return what is wrong with this joint's qd, or None."""
+        if self.constant is not None:
+            return (f'{self.joint}: qd is {self.constant:g} in every sample while q moves: '
+                    'the driver does not measure velocity; leave qd out to derive it from q')
         if self.other is not None:
             return (f'{self.joint}: qd follows the dq/dt of {self.other}, not its own '
                     f'(correlation {self.correlation:.3f}): swapped columns?')
@@ -86,13 +92,18 @@ def velocity_report(trajectories: Sequence[Trajectory], window_s: float) -> List
     derived = np.concatenate([savgol_derivative(continuous_angles(t.q), t.dt, window_s,
                                                 order=3, deriv=1) for t in pieces])
     recorded = np.concatenate([t.qd for t in pieces])
-    moved = (derived.std(axis=0) >= MIN_MOTION) & (recorded.std(axis=0) > 0)
+    varies = recorded.std(axis=0) > 0
+    moved = derived.std(axis=0) >= MIN_MOTION
     if derived.shape[0] < MIN_SAMPLES or not moved.any():
         return []
-    n = derived.shape[1]
-    correlation = np.corrcoef(recorded.T, derived.T)[:n, n:]   # [recorded j, derived k]
     names = [str(name) for name in pieces[0].joint_names]
-    report = []
+    report = [JointVelocity(names[j], 0.0, 0.0, derived.shape[0],
+                            constant=float(recorded[0, j]))
+              for j in np.flatnonzero(moved & ~varies)]
+    moved &= varies
+    n = derived.shape[1]
+    with np.errstate(invalid='ignore', divide='ignore'):   # constant columns: NaN, unused
+        correlation = np.corrcoef(recorded.T, derived.T)[:n, n:]   # [recorded j, derived k]
     for j in np.flatnonzero(moved):
         d, v = derived[:, j], recorded[:, j]
         own = abs(correlation[j, j])
