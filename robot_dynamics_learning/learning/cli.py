@@ -16,25 +16,21 @@ from pathlib import Path
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 from robot_dynamics_learning.data import datasets
 from robot_dynamics_learning.data.loading import (derive_missing, file_columns, load_files,
                                                   parse_columns, trajectories_from_table)
 from robot_dynamics_learning.data.splits import parse_split, Split
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.data.velocity_check import check_velocities, unmeasured_torques
 from robot_dynamics_learning.data.windows import (forward_dynamics_arrays,
                                                   forward_dynamics_windows,
                                                   inverse_dynamics_arrays,
                                                   inverse_dynamics_windows)
-from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
+from robot_dynamics_learning.learning.data_checks import check_joint_data
 from robot_dynamics_learning.learning.evaluation import format_report, inverse_report
 from robot_dynamics_learning.learning.metrics import multi_step_batch, multi_step_rmse
 from robot_dynamics_learning.learning.report import json_ready
 from robot_dynamics_learning.learning.training import holdout_windows, train_model, TrainConfig
-from robot_dynamics_learning.learning.urdf_range import check_urdf_range
-from robot_dynamics_learning.learning.urdf_torques import check_torques
 from robot_dynamics_learning.learning.window_choice import train_choosing_window
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.models.registry import build_model, model_builder, urdf_robot
@@ -265,7 +261,8 @@ def run_train(args: argparse.Namespace) -> int:
                                    None if robot is None else robot.joint_names)
     if not trajectories:
         raise ValueError(f'the split {args.split or "time:0.8"} leaves no training data')
-    checks = _check_data(robot, trajectories + test, data_config, args.data)
+    checks = check_joint_data(robot, trajectories + test, _derivative_window(data_config),
+                              ' '.join(args.data))
     if not test:
         print(f'rdl: warning: the split {args.split or "time:0.8"} leaves no test data; no '
               'test report', file=sys.stderr)
@@ -312,31 +309,6 @@ def run_train(args: argparse.Namespace) -> int:
     if report is not None:
         print(format_report(report))
     return 0
-
-
-def _check_data(robot: Optional[RobotModel], trajectories: Sequence[Trajectory],
-                data_config: Dict[str, Any], data: Sequence[str]) -> Dict[str, Any]:
-    """
-    Check the joint data before a model sees them; return the findings for the summary.
-
-    Torques that are 0 everywhere (not measured) are refused. Recorded qd against dq/dt
-    (`data.velocity_check`: a wrong scale or sign is refused for a
-    URDF model, warned of otherwise) and, for a URDF model, q against its limits (degrees are
-    refused, joints beyond them warned of: `urdf_range`) and tau against its RNEA torque (the
-    other sign or unit is refused: `urdf_torques`). The data are in the URDF's joint order
-    (`load_data`).
-    """
-    source = ' '.join(map(str, data))
-    zeros = unmeasured_torques(trajectories)
-    if zeros:
-        raise ValueError(f'{source}: {zeros}')
-    found = {'velocity_problems': check_velocities(
-        trajectories, _derivative_window(data_config), source, refuse_certain=robot is not None)}
-    if robot is not None and any(t.q is not None for t in trajectories):
-        q = np.concatenate([t.q for t in trajectories if t.q is not None])
-        found['urdf_range'] = check_urdf_range(robot, q, source).summary()
-        check_torques(robot, trajectories, source)
-    return found
 
 
 def _column_names(args: argparse.Namespace) -> Optional[Dict[str, List[str]]]:
@@ -392,8 +364,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
             list(trajectories[0].joint_names) != loaded.joint_names:
         raise ValueError(f"checkpoint joints {loaded.joint_names} differ from the data's "
                          f'{trajectories[0].joint_names}')
-    checks = _check_data(urdf_robot(loaded.model_type, loaded.config), train + test,
-                         data_config, args.data)
+    checks = check_joint_data(urdf_robot(loaded.model_type, loaded.config), train + test,
+                              _derivative_window(data_config), ' '.join(args.data))
     if problem == 'inverse':
         report = inverse_report(model, train, trajectories)
         metrics = {'rmse_per_joint': report['model']['rmse'],

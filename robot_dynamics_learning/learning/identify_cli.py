@@ -15,13 +15,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from robot_dynamics_learning.data.loading import time_column
 from robot_dynamics_learning.data.trajectory import default_joint_names, joint_columns, Trajectory
-from robot_dynamics_learning.data.velocity_check import check_velocities
 from robot_dynamics_learning.dynamics.identify import identify
 from robot_dynamics_learning.dynamics.model import load_urdf, RobotModel
 from robot_dynamics_learning.learning.cli import data_arguments, load_data
+from robot_dynamics_learning.learning.data_checks import check_joint_data
 from robot_dynamics_learning.learning.metrics import nmse_per_output, quiet_targets
 from robot_dynamics_learning.learning.urdf_range import check_urdf_range
-from robot_dynamics_learning.learning.urdf_torques import check_torques
 from robot_dynamics_learning.resources import resource
 import torch
 
@@ -69,9 +68,10 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
     Return (fit, held out or None): (q, qd, qdd, tau) arrays (N, n) in the model's joint order.
 
     Joints are matched to the URDF's by name where the data name them (bags, exports, CSV
-    columns such as q_<joint>); unnamed joint columns are taken in the URDF's order. q that
-    looks like degrees is a ValueError, joints beyond the URDF's limits a logged warning
-    (`urdf_range.check_urdf_range`): identification would fit garbage torques to them.
+    columns such as q_<joint>); unnamed joint columns are taken in the URDF's order. Data a
+    URDF model must not learn from (degrees, velocities or torques of another unit, sign or
+    joint, torques never measured) are a ValueError (`data_checks.check_joint_data`; the
+    timeless npz only by its positions): identification would fit garbage torques to them.
     """
     data = [str(item) for item in data]
     legacy = _timeless_arrays(data) if dt is None and not columns else None
@@ -86,12 +86,8 @@ def load_samples(data: Sequence[str], model: RobotModel, joint_topic: str = '/jo
     train, test = load_data(data, config, split, columns, dt, model.joint_names)
     if not train:
         raise ValueError(f'the split {split or "time:0.8"} leaves no data to identify from')
-    check_velocities(train + test, window_s, ' '.join(data), refuse_certain=True)
-    check_torques(model, train + test, ' '.join(data))
-    fit, held = _samples(train), _samples(test) if test else None
-    check_urdf_range(model, np.concatenate([fit[0]] + ([held[0]] if held else [])),
-                     ' '.join(data))
-    return fit, held
+    check_joint_data(model, train + test, window_s, ' '.join(data))
+    return _samples(train), _samples(test) if test else None
 
 
 def _timeless_arrays(data: Sequence[str]

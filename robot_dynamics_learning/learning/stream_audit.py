@@ -1,22 +1,19 @@
 """
 The offline data checks on the first samples a learner node receives.
 
-`rdl train` refuses, for a URDF model, joint positions in degrees, velocities of another
-scale, sign or joint, and torques of the other sign or unit (`urdf_range`,
-`data.velocity_check`, `urdf_torques`). dynamics_learner on the robot hears the same data
-and would learn garbage from the first message on, so it holds its first samples to the
-same checks once and stops learning, saying why, where they fail. Learned models without a
-URDF absorb a scale: for them a velocity problem is a warning.
+`rdl train` refuses data a model must not learn from (`data_checks.check_joint_data`:
+torques never measured; for a URDF model positions in degrees, velocities of another scale,
+sign or joint, torques of the other sign or unit). dynamics_learner on the robot hears the
+same data and would learn garbage from the first message on, so it holds its first samples
+to the same checks once and stops learning, saying why, where they fail.
 """
 from typing import List, Optional, Sequence
 
 import numpy as np
 from robot_dynamics_learning.data.loading import (DEFAULT_DERIVATIVE_WINDOW_S,
                                                   trajectories_from_table)
-from robot_dynamics_learning.data.velocity_check import check_velocities, unmeasured_torques
 from robot_dynamics_learning.dynamics.model import RobotModel
-from robot_dynamics_learning.learning.urdf_range import joint_ranges
-from robot_dynamics_learning.learning.urdf_torques import check_torques
+from robot_dynamics_learning.learning.data_checks import check_joint_data
 
 AUDIT_SAMPLES = 2000   # 2 s at 1 kHz, 20 s at 100 Hz: enough motion to judge
 SOURCE = 'joint_states'
@@ -76,19 +73,7 @@ class StreamAudit:
             self.warnings.append(f'data audit skipped: {error}')
             return
         try:
-            zeros = unmeasured_torques(pieces) if self.measured else None
-            if zeros:
-                raise ValueError(f'{SOURCE}: {zeros}')
-            self.warnings += check_velocities(pieces, self.window_s, SOURCE,
-                                              refuse_certain=self.robot is not None)
-            if self.robot is not None:
-                report = joint_ranges(self.robot, np.concatenate([p.q for p in pieces]))
-                degrees = report.degrees_error(SOURCE)
-                if degrees:
-                    raise ValueError(degrees)
-                warning = report.warning(SOURCE)
-                self.warnings += [warning] if warning else []
-                if 'tau' in table:
-                    check_torques(self.robot, pieces, SOURCE)
+            self.warnings += check_joint_data(self.robot, pieces, self.window_s, SOURCE,
+                                              self.measured)['warnings']
         except ValueError as error:
             self.problem = str(error)
