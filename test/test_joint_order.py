@@ -128,10 +128,10 @@ def test_replay_puts_the_stream_in_the_urdf_order(tmp_path, capsys):
     bag_io.write_joint_trajectories(bag, [_flipped(arm)])
     stream = replay.read_joint_stream(bag)
     assert stream.joint_names == ['joint2', 'joint1']
-    ordered = _in_urdf_order(stream, URDF)
+    ordered = _in_urdf_order(stream, load_urdf(URDF))
     assert ordered.joint_names == JOINTS
     np.testing.assert_allclose(ordered.tau, arm.tau, atol=1e-12)
-    other = _in_urdf_order(stream, str(resource('urdf/panda.urdf')))   # another robot
+    other = _in_urdf_order(stream, load_urdf(resource('urdf/panda.urdf')))   # another robot
     assert other is stream and 'URDF models are skipped' in capsys.readouterr().out
 
 

@@ -49,6 +49,17 @@ def _refused_at_start(executable: str, params: dict, tmp_path) -> str:
     return text
 
 
+def _command_probe(probe, log) -> tuple:
+    """Return the learner's diagnostics and publishers of commands and joint states, matched."""
+    counters = watch_diagnostics(probe.node, 'dynamics_learner')
+    commands = probe.node.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
+    states = probe.node.create_publisher(JointState, '/joint_states', 100)
+    assert wait_for(lambda: commands.get_subscription_count() > 0
+                    and states.get_subscription_count() > 0 and counters, 60.0), \
+        log.read_text()
+    return counters, commands, states
+
+
 def test_learner_maps_the_command_array_by_the_controllers_joint_names(tmp_path):
     """An effort controller listing j3, j1, j2: by index the learner swapped three torques."""
     log = tmp_path / 'learner.log'
@@ -58,14 +69,8 @@ def test_learner_maps_the_command_array_by_the_controllers_joint_names(tmp_path)
         'command_joint_names': ['j3', 'j1', 'j2'], 'record_path': str(record)}, log_path=log)
     try:
         with TestNode('learner_command_order_probe') as probe:
-            counters = watch_diagnostics(probe.node, 'dynamics_learner')
-            commands = probe.node.create_publisher(Float64MultiArray,
-                                                   '/effort_controller/commands', 10)
-            states = probe.node.create_publisher(JointState, '/joint_states', 100)
+            counters, commands, states = _command_probe(probe, log)
             answers = Arrivals(probe.node, JointState, '/dynamics_learner/predicted_torques')
-            assert wait_for(lambda: commands.get_subscription_count() > 0
-                            and states.get_subscription_count() > 0 and counters, 60.0), \
-                log.read_text()
             commands.publish(Float64MultiArray(data=[1.0, 2.0]))          # wrong length
             commands.publish(Float64MultiArray(data=[3.0, 1.0, 2.0]))     # j3, j1, j2
             assert wait_for(lambda: counters.get('commands_accepted') == '1', 10.0), \
@@ -93,13 +98,7 @@ def test_learner_refuses_commands_lacking_an_adopted_joint_without_ending(tmp_pa
         'command_joint_names': ['j1', 'j2', 'elbow']}, log_path=log)
     try:
         with TestNode('learner_command_missing_probe') as probe:
-            counters = watch_diagnostics(probe.node, 'dynamics_learner')
-            commands = probe.node.create_publisher(Float64MultiArray,
-                                                   '/effort_controller/commands', 10)
-            states = probe.node.create_publisher(JointState, '/joint_states', 100)
-            assert wait_for(lambda: commands.get_subscription_count() > 0
-                            and states.get_subscription_count() > 0 and counters, 60.0), \
-                log.read_text()
+            counters, commands, states = _command_probe(probe, log)
             stamp = time.time_ns()
             for k in range(20):
                 stamp += 10_000_000

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional, TYPE_CHECKING
 
 if TYPE_CHECKING:   # no torch or rosbags at `rdl --help`
+    from robot_dynamics_learning.dynamics.model import RobotModel
     from robot_dynamics_learning.learning.replay import JointStream
 
 REPLAY_AUDIT_SAMPLES = 20000   # the bag's first samples judged before the URDF models run
@@ -69,13 +70,14 @@ def run_replay(args: argparse.Namespace) -> int:
         float(params.get('time_reset_s', 0.5)), args.typestore, progress=True,
         joint_settle_s=float(params.get('joint_settle_s', 1.0)),
         command_joint_names=params.get('command_joint_names') or None)
-    if args.urdf and not args.joints:
-        stream = _in_urdf_order(stream, args.urdf)
+    robot = _urdf_robot(args.urdf) if args.urdf else None
+    if robot is not None and not args.joints:
+        stream = _in_urdf_order(stream, robot)
     print(f'{stream.topic}: {len(stream)} samples, {stream.duration_s:.1f} s at '
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
           f'{stream.torque_source}', flush=True)
     models = [m.strip() for m in args.models.split(',') if m.strip()]
-    refused = _urdf_data_reason(stream, args.urdf) if args.urdf else None
+    refused = _urdf_data_reason(stream, robot) if robot is not None else None
     skipped = {}
     if refused:   # the URDF models would learn from garbage torques; the others still run
         skipped = {m: refused for m in dict.fromkeys(models + ['rigid_body'])
@@ -95,36 +97,40 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _in_urdf_order(stream: 'JointStream', urdf: str) -> 'JointStream':
+def _urdf_robot(urdf: str) -> Optional['RobotModel']:
+    """Return the --urdf robot; None (said) where it does not load: its models are skipped."""
+    from robot_dynamics_learning.models.registry import urdf_robot
+    try:
+        return urdf_robot('rigid_body', {'urdf': urdf})
+    except ValueError as error:
+        print(f'{error}: the URDF models are skipped', flush=True)
+        return None
+
+
+def _in_urdf_order(stream: 'JointStream', robot: 'RobotModel') -> 'JointStream':
     """
     Return the stream in the URDF's joint order, as dynamics_learner reads it for such models.
 
     A bag lacking the URDF's joints keeps its own: its URDF models are then skipped, saying why.
     """
-    from robot_dynamics_learning.models.registry import urdf_robot
     try:
-        return stream.in_joint_order(urdf_robot('rigid_body', {'urdf': urdf}).joint_names)
+        return stream.in_joint_order(robot.joint_names)
     except ValueError as error:
         print(f'{error}: the URDF models are skipped', flush=True)
         return stream
 
 
-def _urdf_data_reason(stream: 'JointStream', urdf: str) -> Optional[str]:
+def _urdf_data_reason(stream: 'JointStream', robot: 'RobotModel') -> Optional[str]:
     """
     Return why the URDF models must skip the stream, else None: the checks of `rdl train`.
 
     q in degrees, qd of another scale, sign or joint, tau of another sign or unit, judged as
     dynamics_learner judges its first samples (`stream_audit.StreamAudit`), here on the
     first `REPLAY_AUDIT_SAMPLES` of the bag. Warnings (joints beyond the limits) are
-    printed. A URDF that does not load, or whose joints the stream lacks, is left to
-    `replay.replay`, which skips its models saying why.
+    printed. A stream that lacks the URDF's joints is left to `replay.replay`, which skips
+    its models saying why.
     """
     from robot_dynamics_learning.learning.stream_audit import StreamAudit
-    from robot_dynamics_learning.models.registry import urdf_robot
-    try:
-        robot = urdf_robot('rigid_body', {'urdf': urdf})
-    except ValueError:
-        return None
     if list(robot.joint_names) != list(stream.joint_names):
         return None
     count = min(len(stream), REPLAY_AUDIT_SAMPLES)
