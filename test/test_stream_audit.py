@@ -42,6 +42,13 @@ def test_swapped_velocities_are_refused_for_a_urdf_model_and_a_reset_starts_over
     swapped = StreamAudit(load_urdf(URDF), JOINTS, size=1000)
     _feed(swapped, arm)
     assert swapped.state == 'refused' and 'qd' in swapped.problem
+    assert swapped.problem.endswith('set velocity_source: positions to differentiate the '
+                                    "positions instead of using the driver's velocity")
+    zeros = _arm(1200)
+    zeros.qd = np.zeros_like(zeros.qd)   # a driver that fills velocity with zeros
+    learned = StreamAudit(None, JOINTS, size=1000)
+    _feed(learned, zeros)
+    assert learned.state == 'passed' and 'velocity_source: positions' in learned.warnings[-1]
     audit = StreamAudit(load_urdf(URDF), JOINTS, size=1000)
     arm = _arm(1200)
     for t, q, qd, tau in zip(arm.time[:500], arm.q, arm.qd, arm.tau):

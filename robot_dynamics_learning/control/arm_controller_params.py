@@ -10,6 +10,7 @@ from typing import Tuple
 
 from robot_dynamics_learning.control.arm_feedforward import (ArmControllerConfig,
                                                              FEEDFORWARD_MODES)
+from robot_dynamics_learning.data.joint_velocity import check_velocity_source, VELOCITY_WINDOW
 from robot_dynamics_learning.params import build_from, check_ranges, setting, setting_of
 from robot_dynamics_learning.sim.trajectories import ReferenceConfig
 
@@ -34,11 +35,17 @@ class ArmControllerNodeConfig:
     command_topic: str = setting('/effort_controller/commands', 'torque command topic')
     accel_window: int = setting(21, 'samples in the causal acceleration fit of the learned '
                                 "feed-forward's input (must match the learner's)", 3, 1000)
+    velocity_source: str = setting('auto', "joint velocities: 'auto' (measured, "
+                                   'differentiated from the positions where a message has '
+                                   "none), 'measured' or 'positions' (data/joint_velocity.py)")
+    velocity_window: int = setting(VELOCITY_WINDOW, 'samples in the causal velocity estimate '
+                                   'from positions', 3, 1000)
     torch_threads: int = setting(1, 'torch intra-op threads (learned feed-forward)', 1, 64)
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work at start-up, naming them."""
         check_ranges(self)
+        check_velocity_source(self.velocity_source)
         if self.feedforward not in FEEDFORWARD_MODES:
             raise ValueError(f'feedforward must be one of {FEEDFORWARD_MODES}, got '
                              f'{self.feedforward!r}')

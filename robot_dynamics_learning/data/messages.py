@@ -370,7 +370,8 @@ class JointStateParser(_Parser):
                 return _reject(Reason.MALFORMED, f'{field} is not a 1-D array')
             if raw.size == 0:
                 if need == FieldNeed.REQUIRED:
-                    return _reject(Reason.MISSING_FIELD, f'{field} is empty')
+                    return _reject(Reason.MISSING_FIELD,
+                                   f'{field} is empty{_EMPTY_HINTS.get(field, "")}')
                 values[field] = None
                 continue
             if raw.size != len(names):
@@ -385,6 +386,11 @@ class JointStateParser(_Parser):
         reset = self._accept_stamp(stamp_ns)
         return Result(JointSample(stamp_ns, values['position'], values['velocity'],
                                   values['effort'], reset))
+
+
+# What to do about a driver that leaves an array empty, where there is something to do.
+_EMPTY_HINTS = {'velocity': ' (the driver publishes none: velocity_source auto or positions '
+                            'differentiates the positions)'}
 
 
 # A joint set must come in this share of a topic's messages (and twice) to be chosen.

@@ -116,21 +116,26 @@ def velocity_report(trajectories: Sequence[Trajectory], window_s: float) -> List
     return report
 
 
+# What to do about velocities that do not belong to the positions, in a file or live.
+FILE_REMEDY = 'fix the qd columns or leave qd out (it is then derived from q)'
+LIVE_REMEDY = ('set velocity_source: positions to differentiate the positions instead of '
+               "using the driver's velocity")
+
+
 def check_velocities(trajectories: Sequence[Trajectory], window_s: float, source: str,
-                     refuse_certain: bool) -> List[str]:
+                     refuse_certain: bool, remedy: str = FILE_REMEDY) -> List[str]:
     """
     Return one line per joint whose recorded qd does not belong to its q (logged).
 
     refuse_certain: raise ValueError where a qd is certainly of another scale, sign or joint
     (a URDF model would compute wrong torques from it); learned models absorb a scale, so
-    for them it is a warning as the rest.
+    for them it is a warning as the rest. remedy: the advice that ends the refusal.
     """
     joints = velocity_report(trajectories, window_s)
     problems = [j.problem() for j in joints if j.problem()]
     if refuse_certain and any(j.certain for j in joints):
         raise ValueError(f'{source}: recorded joint velocities do not match the positions: '
-                         + '; '.join(problems) + '; fix the qd columns or leave qd out '
-                         '(it is then derived from q)')
+                         + '; '.join(problems) + f'; {remedy}')
     for problem in problems:
         LOG.warning('%s: %s', source, problem)
     return problems

@@ -13,27 +13,30 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.data.velocity_check import check_velocities, unmeasured_torques
+from robot_dynamics_learning.data.velocity_check import (check_velocities, FILE_REMEDY,
+                                                         unmeasured_torques)
 from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.learning.urdf_range import check_urdf_range
 from robot_dynamics_learning.learning.urdf_torques import check_torques
 
 
 def check_joint_data(robot: Optional[RobotModel], trajectories: Sequence[Trajectory],
-                     window_s: float, source: str, measured: bool = True) -> Dict[str, Any]:
+                     window_s: float, source: str, measured: bool = True,
+                     velocity_remedy: str = FILE_REMEDY) -> Dict[str, Any]:
     """
     Raise ValueError on joint data a model must not learn from; return the findings.
 
     robot: the URDF's model (its joint order is the data's), None for learned models.
     window_s: the derivative window the data's qd / qdd were derived with. measured: the
-    torques are measured (effort); commanded torques may well be all 0. Returns
+    torques are measured (effort); commanded torques may well be all 0. velocity_remedy:
+    the advice on velocities that do not belong to the positions. Returns
     {'velocity_problems': [...], 'warnings': [every warning line], 'urdf_range': ...}.
     """
     zeros = unmeasured_torques(trajectories) if measured else None
     if zeros:
         raise ValueError(f'{source}: {zeros}')
     problems = check_velocities(trajectories, window_s, source,
-                                refuse_certain=robot is not None)
+                                refuse_certain=robot is not None, remedy=velocity_remedy)
     found: Dict[str, Any] = {'velocity_problems': problems, 'warnings': list(problems)}
     if robot is not None and any(t.q is not None for t in trajectories):
         report = check_urdf_range(robot, np.concatenate([t.q for t in trajectories

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from robot_dynamics_learning.data.joint_velocity import check_velocity_source, VELOCITY_WINDOW
 from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.continual import LearnerConfig, TrainerConfig
 from robot_dynamics_learning.params import (build_from, check_ranges, load_node_config,
@@ -69,6 +70,14 @@ class DynamicsLearnerConfig:
                                   'bag): state is reset instead of rejecting', 0.0, 1e9)
     accel_window: int = setting(21, 'samples in the causal acceleration estimate (a one-sided '
                                 'quadratic fit to velocities, signals/causal.py)', 3, 1000)
+    velocity_source: str = setting('auto', "joint velocities: 'auto' (the messages' velocity, "
+                                   'differentiated from the positions where a message has '
+                                   "none), 'measured' (a message without velocity is refused) "
+                                   "or 'positions' (always differentiated: a driver whose "
+                                   'velocity is wrong, e.g. zeros)')
+    velocity_window: int = setting(VELOCITY_WINDOW, 'samples in the causal velocity estimate '
+                                   'from positions (a one-sided quadratic fit, no delay)',
+                                   3, 1000)
     diagnostics_period_s: float = setting(1.0, 'seconds between diagnostics', 0.01, 3600.0)
     queue_depth: int = setting(20, 'joint_states subscription queue (best effort): messages '
                                'absorbed in a burst; also the most a backlog can delay them',
@@ -104,6 +113,7 @@ class DynamicsLearnerConfig:
     def __post_init__(self) -> None:
         """Refuse values that cannot work, naming them (node start and rdl alike)."""
         check_ranges(self)
+        check_velocity_source(self.velocity_source)
         if self.model not in INVERSE_MODELS:
             model_config_class(vars(self))   # refuses a model outside INVERSE_MODELS
         if self.torque_source not in ('effort', 'command'):
@@ -191,6 +201,11 @@ class TorquePredictorConfig:
                                    0.05, 3600.0)
     accel_window: int = setting(DynamicsLearnerConfig.accel_window, 'samples in the causal '
                                 "acceleration estimate (must match the learner's)", 3, 1000)
+    velocity_source: str = setting(DynamicsLearnerConfig.velocity_source, 'joint velocities: '
+                                   "'auto', 'measured' or 'positions' (as the learner's)")
+    velocity_window: int = setting(DynamicsLearnerConfig.velocity_window, 'samples in the '
+                                   "velocity estimate from positions (as the learner's)",
+                                   3, 1000)
     history_size: int = setting(BufferConfig.window, 'recent samples replayed to warm up the '
                                 'recurrent state of a newly loaded model (one training window)',
                                 1, 100000)
@@ -202,6 +217,7 @@ class TorquePredictorConfig:
     def __post_init__(self) -> None:
         """Refuse values outside their ranges, naming them."""
         check_ranges(self)
+        check_velocity_source(self.velocity_source)
 
 
 def learner_params(path: Optional[Path] = None) -> DynamicsLearnerConfig:

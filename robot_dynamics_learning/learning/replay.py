@@ -24,6 +24,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, TYPE_CHECKING
 
 import numpy as np
 from robot_dynamics_learning.data.bag_io import hold_last, open_bag, read_topic
+from robot_dynamics_learning.data.joint_velocity import (velocity_need, VELOCITY_WINDOW,
+                                                         VelocitySource)
 from robot_dynamics_learning.data.messages import (FieldNeed, FLOAT64_MULTI_ARRAY,
                                                    JOINT_STATE, JointSetChoice,
                                                    JointStateParser, Reason, RELOCK_AFTER,
@@ -51,7 +53,8 @@ class JointStream:
     stamp_s: (T,) header stamps (s) relative to the first accepted one (they jump back at a
     time reset); receive_s: (T,) bag log times since the first message (monotonic, the report's
     time axis); q, qd, tau: (T, n); reset_before: (T,) bool, a time reset precedes the
-    sample; rejections: [(receive_s, reason)]; counts: RejectionCounter.as_dict().
+    sample; rejections: [(receive_s, reason)]; counts: RejectionCounter.as_dict();
+    velocity_source: where qd comes from ('measured', 'positions' or 'measured and positions').
     """
 
     joint_names: List[str]
@@ -65,6 +68,7 @@ class JointStream:
     counts: Dict[str, int] = field(default_factory=dict)
     torque_source: str = 'effort'
     topic: str = ''
+    velocity_source: str = 'measured'   # or 'positions' (differentiated), or both
 
     def __len__(self) -> int:
         """Return the number of accepted samples."""
@@ -119,15 +123,19 @@ class StreamRecorder:
     """
     Collects JointState messages as the learner node takes them, for a `JointStream`.
 
-    The node's `JointStateParser` (joints by name, rejections counted by reason) and its
+    The node's `JointStateParser` (joints by name, rejections counted by reason), its
     time-reset rule (a stamp `time_reset_s` or more backwards resets instead of being
-    rejected). Used by `read_joint_stream` and by the replay_evaluator node.
+    rejected) and its velocities (`VelocitySource`: measured, or differentiated from the
+    positions; samples where that fit warms up are dropped, as the node skips them). Used by
+    `read_joint_stream` and by the replay_evaluator node.
     """
 
     def __init__(self, joint_names: Optional[Sequence[str]] = None,
-                 time_reset_s: float = 0.5, joint_settle_s: float = 1.0) -> None:
+                 time_reset_s: float = 0.5, joint_settle_s: float = 1.0,
+                 velocity_source: str = 'auto', velocity_window: int = VELOCITY_WINDOW) -> None:
+        self.velocity = (velocity_source, velocity_window)   # as the node's `VelocitySource`
         self.parser = JointStateParser(
-            joint_names, position=FieldNeed.REQUIRED, velocity=FieldNeed.REQUIRED,
+            joint_names, position=FieldNeed.REQUIRED, velocity=velocity_need(velocity_source),
             effort=FieldNeed.OPTIONAL,
             bounds=StampBounds(reset_after_ns=int(time_reset_s * 1e9),   # as dynamics_learner
                                relock_after=RELOCK_AFTER))
@@ -168,6 +176,29 @@ class StreamRecorder:
             self.resets.append(len(self.rows))
         self.rows.append((receive_ns, result.value))
 
+    def _velocities(self, samples: Sequence[Any]) -> np.ndarray:
+        """Return (T, n) velocities as the node uses them; NaN rows while the fit warms up."""
+        if self.velocity[0] != 'positions' and all(s.velocity is not None for s in samples):
+            return np.stack([s.velocity for s in samples])
+        source = VelocitySource(samples[0].position.size, *self.velocity)
+        velocities = np.full((len(samples), source.n_joints), np.nan)
+        resets = set(self.resets)
+        for i, sample in enumerate(samples):
+            if i in resets:
+                source.reset()
+            velocity = source.velocity(sample.stamp_ns * 1e-9, sample.position, sample.velocity)
+            if velocity is not None:
+                velocities[i] = velocity
+        return velocities
+
+    def _velocity_kind(self, samples: Sequence[Any]) -> str:
+        """Return where the velocities came from, for the report."""
+        if self.velocity[0] == 'positions':
+            return 'positions'
+        carried = [s.velocity is not None for s in samples]
+        return ('measured' if all(carried) else 'positions' if not any(carried)
+                else 'measured and positions')
+
     def stream(self, first_ns: int, topic: str, tau: Optional[np.ndarray] = None,
                keep: Optional[np.ndarray] = None, source: str = 'effort') -> JointStream:
         """
@@ -181,15 +212,16 @@ class StreamRecorder:
         self.adopt()   # a stream shorter than the settling window
         if not self.rows:
             counter = self.parser.counter
-            raise ValueError(f'{topic}: no valid JointState message with position and '
-                             f'velocity ({counter.as_dict()}; last reasons: '
+            raise ValueError(f'{topic}: no valid JointState message '
+                             f'({counter.as_dict()}; last reasons: '
                              f"{'; '.join(counter.last_detail.values())})")
         samples = [s for _, s in self.rows]
         receive_ns = np.array([r for r, _ in self.rows], np.int64)
         stamp_ns = np.array([s.stamp_ns for s in samples], np.int64)
         q = np.stack([s.position for s in samples])
-        qd = np.stack([s.velocity for s in samples])
+        qd = self._velocities(samples)
         keep = np.ones(len(samples), bool) if keep is None else keep
+        keep = keep & np.isfinite(qd[:, 0])   # NaN: the velocity fit warms up
         rejections, counts = list(self.rejections), self.parser.counter.as_dict()
         if tau is None:
             carries = np.array([s.effort is not None for s in samples])
@@ -217,7 +249,8 @@ class StreamRecorder:
             receive_s=(receive_ns - first_ns) * 1e-9, q=q, qd=qd, tau=tau,
             reset_before=reset_before,
             rejections=[((r - first_ns) * 1e-9, reason) for r, reason in rejections],
-            counts=counts, torque_source=source, topic=topic)
+            counts=counts, torque_source=source, topic=topic,
+            velocity_source=self._velocity_kind(samples))
 
 
 def read_joint_stream(bag: Path, topic: Optional[str] = None,
@@ -225,7 +258,9 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
                       joint_names: Optional[Sequence[str]] = None, time_reset_s: float = 0.5,
                       typestore: str = 'jazzy', progress: bool = False,
                       joint_settle_s: float = 1.0,
-                      command_joint_names: Optional[Sequence[str]] = None) -> JointStream:
+                      command_joint_names: Optional[Sequence[str]] = None,
+                      velocity_source: str = 'auto',
+                      velocity_window: int = VELOCITY_WINDOW) -> JointStream:
     """
     Read a JointState topic as the learner node receives it (`StreamRecorder`).
 
@@ -234,12 +269,14 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
     carry none, `command_topic` (default the node's /effort_controller/commands if the bag
     has it; its array in the order of `command_joint_names`, unset: the learned joints')
     held on receive time, commands received at the same instant included (as `rdl train` on
-    bags). Raises ValueError naming what is missing.
+    bags). Velocities as the node takes them (`velocity_source`, `velocity_window`). Raises
+    ValueError naming what is missing.
     """
     topic = pick_joint_topic(bag, topic, typestore)
     with open_bag(bag, typestore) as reader:
         connections = [c for c in reader.connections if c.topic == topic]
-        recorder = StreamRecorder(joint_names, time_reset_s, joint_settle_s)
+        recorder = StreamRecorder(joint_names, time_reset_s, joint_settle_s, velocity_source,
+                                  velocity_window)
         has_commands = any(c.topic == (command_topic or COMMAND_TOPIC)
                            and c.msgtype == FLOAT64_MULTI_ARRAY for c in reader.connections)
         first_ns = reader.start_time

@@ -60,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """Read the bag, replay the models, write the report and print the verdict."""
+    from robot_dynamics_learning.data.joint_velocity import VELOCITY_WORDS
     from robot_dynamics_learning.learning import replay, report
 
     params = replay.load_learner_params(args.params)
@@ -69,13 +70,15 @@ def run_replay(args: argparse.Namespace) -> int:
         args.bag, args.topic, args.command_topic, args.joints,
         float(params.get('time_reset_s', 0.5)), args.typestore, progress=True,
         joint_settle_s=float(params.get('joint_settle_s', 1.0)),
-        command_joint_names=params.get('command_joint_names') or None)
+        command_joint_names=params.get('command_joint_names') or None,
+        velocity_source=params['velocity_source'], velocity_window=params['velocity_window'])
     robot = _urdf_robot(args.urdf) if args.urdf else None
     if robot is not None and not args.joints:
         stream = _in_urdf_order(stream, robot)
     print(f'{stream.topic}: {len(stream)} samples, {stream.duration_s:.1f} s at '
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
-          f'{stream.torque_source}', flush=True)
+          f'{stream.torque_source}, velocity {VELOCITY_WORDS[stream.velocity_source]}',
+          flush=True)
     models = [m.strip() for m in args.models.split(',') if m.strip()]
     refused = _urdf_data_reason(stream, robot) if robot is not None else None
     skipped = {}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+from robot_dynamics_learning.data.joint_velocity import VELOCITY_WORDS
 from robot_dynamics_learning.learning.metrics import coverage_warnings, range_coverage
 from robot_dynamics_learning.learning.replay import ModelRun, ReplayResult
 
@@ -152,7 +153,8 @@ def compute_metrics(result: ReplayResult) -> Dict[str, Any]:
     return {
         'bag': result.bag, 'topic': stream.topic, 'joint_names': stream.joint_names,
         'samples': len(stream), 'duration_s': stream.duration_s, 'rate_hz': stream.rate_hz,
-        'torque_source': stream.torque_source, 'seed': result.seed,
+        'torque_source': stream.torque_source, 'velocity_source': stream.velocity_source,
+        'seed': result.seed,
         'holdout': {'mode': result.holdout.mode, 'every': result.holdout.every,
                     'fraction': result.holdout.fraction, 'block_s': result.holdout.block_s,
                     'held_out_samples': int(result.held_out.sum()),
@@ -325,7 +327,8 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
         '# Replay evaluation', '',
         f"Bag `{metrics['bag']}`, topic `{metrics['topic']}`: {metrics['samples']} samples, "
         f"{metrics['duration_s']:.1f} s at {metrics['rate_hz']:.1f} Hz, joints "
-        f"{', '.join(names)}; torque from {metrics['torque_source']}; seed {metrics['seed']}.",
+        f"{', '.join(names)}; torque from {metrics['torque_source']}; velocity "
+        f"{VELOCITY_WORDS[metrics['velocity_source']]}; seed {metrics['seed']}.",
         '', '## Verdict', '', _verdict_text(metrics), '',
         *(['Held-out inputs outside the training ranges (learned models extrapolate):', '']
           + [f'- {line}' for line in metrics['coverage_warnings']] + ['']

@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 from robot_dynamics_learning.data.loading import (DEFAULT_DERIVATIVE_WINDOW_S,
                                                   trajectories_from_table)
+from robot_dynamics_learning.data.velocity_check import LIVE_REMEDY
 from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.learning.data_checks import check_joint_data
 
@@ -73,7 +74,11 @@ class StreamAudit:
             self.warnings.append(f'data audit skipped: {error}')
             return
         try:
-            self.warnings += check_joint_data(self.robot, pieces, self.window_s, SOURCE,
-                                              self.measured)['warnings']
+            found = check_joint_data(self.robot, pieces, self.window_s, SOURCE, self.measured,
+                                     velocity_remedy=LIVE_REMEDY)
         except ValueError as error:
             self.problem = str(error)
+            return
+        self.warnings += found['warnings']
+        if found['velocity_problems']:
+            self.warnings.append(f'{SOURCE}: {LIVE_REMEDY}')

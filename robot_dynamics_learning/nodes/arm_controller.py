@@ -28,6 +28,7 @@ from robot_dynamics_learning.control.arm_feedforward import (ArmController,
                                                              LearnedFeedforward,
                                                              no_feedforward,
                                                              RigidBodyFeedforward)
+from robot_dynamics_learning.data.joint_velocity import velocity_need, VelocitySource
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
 from robot_dynamics_learning.nodes.conversions import (FieldNeed, float64_array_msg,
@@ -74,8 +75,10 @@ class ArmControllerNode(Node):
                                         limits.lower.numpy(), limits.upper.numpy(),
                                         limits.effort.numpy())
         # Efforts, when the driver sends them, score new checkpoints (LearnedFeedforward).
+        self.velocities = VelocitySource(len(self.joint_names), config.velocity_source,
+                                         config.velocity_window)
         self.parser = JointStateParser(
-            self.joint_names, velocity=FieldNeed.REQUIRED,
+            self.joint_names, velocity=velocity_need(config.velocity_source),
             effort=FieldNeed.OPTIONAL if self.learned is not None else FieldNeed.IGNORE)
         self._errors = np.zeros(ERROR_WINDOW)
         self._lock = threading.Lock()
@@ -113,12 +116,15 @@ class ArmControllerNode(Node):
         sample = parse_or_warn(self, self.parser, msg, 'joint state')
         if sample is None:
             return
+        stamp = sample.stamp_ns * 1e-9
+        velocity = self.velocities.velocity(stamp, sample.position, sample.velocity)
+        if velocity is None:   # the fit from positions warms up
+            return
         if self.learned is not None and sample.effort is not None:
-            self.learned.observe(sample.stamp_ns * 1e-9, sample.position, sample.velocity,
-                                 sample.effort)
+            self.learned.observe(stamp, sample.position, velocity, sample.effort)
         with self._lock:
             torque = self.controller.on_state(sample.stamp_ns, self._now_ns(), sample.position,
-                                              sample.velocity)
+                                              velocity)
             if torque is None:
                 return
             count = self.controller.counts['commands']
@@ -142,7 +148,8 @@ class ArmControllerNode(Node):
             braking = self.controller.braking
             rmse = float(np.sqrt(self._errors[:count].mean())) if count else float('nan')
         values.update({f'messages_{k}': v for k, v in self.parser.counter.as_dict().items()})
-        values.update(feedforward=self.mode, tracking_rmse_rad=round(rmse, 6))
+        values.update(feedforward=self.mode, tracking_rmse_rad=round(rmse, 6),
+                      **self.velocities.diagnostics())
         if self.learned is not None:
             values.update(checkpoint=str(self.learned.path), loads=self.learned.loads,
                           load_errors=self.learned.load_errors,

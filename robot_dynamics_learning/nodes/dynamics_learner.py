@@ -38,6 +38,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from rclpy.exceptions import InvalidTopicNameException
 from rclpy.qos import HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
+from robot_dynamics_learning.data.joint_velocity import velocity_need, VelocitySource
 from robot_dynamics_learning.data.messages import JointSetChoice, Reason, Result
 from robot_dynamics_learning.learning.checkpoint import (CheckpointDirectory, CheckpointMismatch,
                                                          save_to_directory)
@@ -137,7 +138,7 @@ class DynamicsLearnerNode(ManagedNode):
         # flagged by the parser only once the whole message is valid.
         refuse_clock_changes(self)
         self.parser = JointStateParser(names or None, position=FieldNeed.REQUIRED,
-                                       velocity=FieldNeed.REQUIRED,
+                                       velocity=velocity_need(params.velocity_source),
                                        effort=FieldNeed.OPTIONAL,
                                        bounds=declare_stamp_bounds(
                                            self, reset_after_s=params.time_reset_s))
@@ -151,6 +152,7 @@ class DynamicsLearnerNode(ManagedNode):
         self.predict_only = 0
         self.learner: Optional[ContinualLearner] = None
         self.stream: Optional[InverseDynamicsStream] = None
+        self.velocities: Optional[VelocitySource] = None
         self.checkpoints: Optional[CheckpointDirectory] = None
         self._last_command: Optional[np.ndarray] = None
         self.latency = LatencyLog()
@@ -277,6 +279,11 @@ class DynamicsLearnerNode(ManagedNode):
                                             variance_scale=variance_scale)
         self.stream = InverseDynamicsStream(n, CausalDifferentiator(
             n, window=params.accel_window))
+        self.velocities = VelocitySource(n, params.velocity_source, params.velocity_window)
+        if self.velocities.deriving:
+            self.get_logger().info('velocities differentiated from the positions '
+                                   f'(velocity_source positions, {params.velocity_window} '
+                                   'samples)')
         if self.commands.bind(names):   # adopted joints that the command lacks
             self.get_logger().error(
                 f'command_joint_names {self.commands.command_names} lack the joints '
@@ -367,11 +374,14 @@ class DynamicsLearnerNode(ManagedNode):
         if torque is None:
             self.predict_only += 1
         stamp = sample.stamp_ns * 1e-9
-        if self.audit.add(stamp, sample.position, sample.velocity, torque):
+        velocity = self._velocity(stamp, sample)
+        if velocity is None:
+            return
+        if self.audit.add(stamp, sample.position, velocity, torque):
             self._report_audit()
             if self.build_error:
                 return
-        features = self.stream.sample(stamp, sample.position, sample.velocity, torque)
+        features = self.stream.sample(stamp, sample.position, velocity, torque)
         if features is None:
             return
         observation, action, target = features
@@ -386,6 +396,17 @@ class DynamicsLearnerNode(ManagedNode):
             self.latency.add(time.perf_counter() - received, (now_ns - sample.stamp_ns) * 1e-9)
         if self.record is not None and target is not None:
             self.record.add(stamp, target, mean, self.learner.prequential.nmse())
+
+    def _velocity(self, stamp: float, sample) -> Optional[np.ndarray]:
+        """Return the sample's velocity (measured or derived), None while the fit warms up."""
+        deriving = self.velocities.deriving
+        velocity = self.velocities.velocity(stamp, sample.position, sample.velocity)
+        if self.velocities.deriving and not deriving:
+            self.get_logger().warn(
+                f'{self.resolve_topic_name("joint_states")} carries no velocity: '
+                f'differentiating the positions (velocity_source {self.params.velocity_source},'
+                f' {self.params.velocity_window} samples)')
+        return velocity
 
     def _report_audit(self) -> None:
         """Log the data audit's findings; a refusal stops learning and predicting."""
@@ -414,6 +435,7 @@ class DynamicsLearnerNode(ManagedNode):
         if self.learner is not None:
             self.learner.reset()
             self.stream.reset()
+            self.velocities.reset()
         self.get_logger().warn('time went back by more than time_reset_s: treated as a reset '
                                '(looping bag or restarted clock)')
 
@@ -456,6 +478,7 @@ class DynamicsLearnerNode(ManagedNode):
                       other_joint_sets=len(self.other_joint_sets),
                       held_for_joint_choice=len(self.joint_sets.held),
                       data_audit='pending' if self.audit is None else self.audit.state,
+                      **({} if self.velocities is None else self.velocities.diagnostics()),
                       **self.commands.diagnostics())
         if self.checkpoints is not None:
             values.update({f'checkpoints_skipped_{reason}': n

@@ -43,7 +43,9 @@ class ReplayEvaluator(Node):
         self.params = replay.load_learner_params(config.params_file or None)
         self.recorder = replay.StreamRecorder(   # joints chosen as the learners choose them
             time_reset_s=float(self.params['time_reset_s']),
-            joint_settle_s=float(self.params.get('joint_settle_s', 1.0)))
+            joint_settle_s=float(self.params.get('joint_settle_s', 1.0)),
+            velocity_source=self.params['velocity_source'],
+            velocity_window=self.params['velocity_window'])
         self.first_ns: Optional[int] = None
         reliable = QoSProfile(depth=100, history=HistoryPolicy.KEEP_ALL,
                               reliability=ReliabilityPolicy.RELIABLE)

@@ -21,6 +21,7 @@ from typing import Optional
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import qos_profile_sensor_data
+from robot_dynamics_learning.data.joint_velocity import velocity_need, VelocitySource
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, Published,
                                                         StreamingPredictor)
@@ -70,6 +71,7 @@ class TorquePredictorNode(ManagedNode):
         self.parser: Optional[JointStateParser] = None
         self.predictor: Optional[StreamingPredictor] = None
         self.stream: Optional[InverseDynamicsStream] = None
+        self.velocities: Optional[VelocitySource] = None
         self.prequential: Optional[PrequentialError] = None
         self.calibration: Optional[VarianceCalibration] = None
         self.latency = LatencyLog()
@@ -120,10 +122,14 @@ class TorquePredictorNode(ManagedNode):
             if self.joint_names is None:
                 self.joint_names = list(loaded.joint_names)
                 n = len(self.joint_names)
-                self.parser = JointStateParser(self.joint_names, velocity=FieldNeed.REQUIRED,
-                                               effort=FieldNeed.OPTIONAL, bounds=self._bounds)
+                params = self.params
+                self.parser = JointStateParser(
+                    self.joint_names, velocity=velocity_need(params.velocity_source),
+                    effort=FieldNeed.OPTIONAL, bounds=self._bounds)
                 self.stream = InverseDynamicsStream(
                     n, CausalDifferentiator(n, window=self._accel_window))
+                self.velocities = VelocitySource(n, params.velocity_source,
+                                                 params.velocity_window)
                 self.prequential = PrequentialError(n)
                 self.calibration = VarianceCalibration(n)
                 self.predictions.set_joint_names(self.joint_names)
@@ -162,9 +168,13 @@ class TorquePredictorNode(ManagedNode):
         if sample.time_reset:   # only a valid message resets (the parser checked it whole)
             self.time_resets += 1
             self.stream.reset()
+            self.velocities.reset()
             self.predictor.reset()
-        features = self.stream.sample(sample.stamp_ns * 1e-9, sample.position, sample.velocity,
-                                      sample.effort)
+        stamp = sample.stamp_ns * 1e-9
+        velocity = self.velocities.velocity(stamp, sample.position, sample.velocity)
+        if velocity is None:
+            return
+        features = self.stream.sample(stamp, sample.position, velocity, sample.effort)
         if features is None:
             return
         observation, action, target = features
@@ -190,6 +200,7 @@ class TorquePredictorNode(ManagedNode):
             values.update({f'messages_{k}': v for k, v in self.parser.counter.as_dict().items()})
             values['nmse'] = self.prequential.nmse()
             values['variance_scale_mean'] = float(self.calibration.scale.mean())
+            values.update(self.velocities.diagnostics())
         values.update(self.latency.summary())
         status = DiagnosticStatus(name=f'{self.get_name()}: torque prediction',
                                   hardware_id=self.get_fully_qualified_name(),

@@ -57,12 +57,14 @@ class CausalPolyFilter:
     window: samples in the fit (>= order + 1); order: polynomial degree; max_deriv: highest
     derivative returned (<= order); lag: evaluation point in mean sample periods before the
     newest sample, in [0, window - 1]; max_gap: a larger time step than this (s) resets the
-    filter (a gap in the stream) before the new sample is used. Output starts once `window`
-    samples have arrived since the last reset.
+    filter (a gap in the stream) before the new sample is used; span_gaps False (default)
+    also resets at a step longer than the window spans at its mean step (whatever the rate:
+    a fit across it would join two recordings). Output starts once `window` samples have
+    arrived since the last reset.
     """
 
     def __init__(self, n_channels: int, window: int = 15, order: int = 2, max_deriv: int = 1,
-                 lag: float = 0.0, max_gap: float = math.inf) -> None:
+                 lag: float = 0.0, max_gap: float = math.inf, span_gaps: bool = False) -> None:
         if n_channels < 1:
             raise ValueError(f'n_channels must be >= 1, got {n_channels}')
         if order < 0 or window < order + 1:
@@ -80,6 +82,7 @@ class CausalPolyFilter:
         self.max_deriv = max_deriv
         self.lag = float(lag)
         self.max_gap = float(max_gap)
+        self.span_gaps = span_gaps
         # Double-length ring buffers: sample k is stored at k % window and k % window + window,
         # so the last `window` samples are always one contiguous, chronological slice.
         self._times = np.zeros(2 * window)
@@ -111,6 +114,15 @@ class CausalPolyFilter:
                 evaluate[d, j] = math.factorial(j) / math.factorial(j - d) * tau_e ** (j - d)
         return evaluate @ fit
 
+    def _gap_limit(self) -> float:
+        """Return the longest step (s) that keeps the samples held: max_gap, or the span."""
+        held = min(self._count, self.window)
+        if self.span_gaps or held < 2:
+            return self.max_gap
+        first = self._times[(self._count - held) % self.window]
+        mean_step = (self._last_time - first) / (held - 1)
+        return min(self.max_gap, (self.window - 1) * mean_step)
+
     def update(self, t: float, x: np.ndarray) -> Optional[CausalEstimate]:
         """
         Add sample x (n,) taken at time t (s, strictly increasing); return the estimate.
@@ -123,7 +135,7 @@ class CausalPolyFilter:
         if self._last_time is not None:
             if not t > self._last_time:
                 raise ValueError(f'time must increase: {t} after {self._last_time}')
-            if t - self._last_time > self.max_gap:
+            if t - self._last_time > self._gap_limit():
                 self.resets += 1
                 self.reset()
         i = self._count % self.window
@@ -166,16 +178,17 @@ class CausalDifferentiator:
     """
     First derivative of a stream at bounded delay: `update(t, x) -> (n,) or None`.
 
-    A `CausalPolyFilter` (window, order, lag, max_gap as there) returning only row 1. The
+    A `CausalPolyFilter` (window, order, lag, max_gap, span_gaps as there) returning only
+    row 1. The
     derivative describes time t - lag * mean_dt; `delay(dt)` gives that in seconds. Defaults
     (15 samples, quadratic, lag 0) have zero delay for signals up to quadratic and 0.16 times
     the noise of a first difference (white noise, uniform dt).
     """
 
     def __init__(self, n_channels: int, window: int = 15, order: int = 2, lag: float = 0.0,
-                 max_gap: float = math.inf) -> None:
+                 max_gap: float = math.inf, span_gaps: bool = False) -> None:
         self.filter = CausalPolyFilter(n_channels, window, order, max_deriv=1, lag=lag,
-                                       max_gap=max_gap)
+                                       max_gap=max_gap, span_gaps=span_gaps)
 
     def update(self, t: float, x: np.ndarray) -> Optional[np.ndarray]:
         """Add sample x (n,) at time t (s); return dx/dt (n,) or None while warming up."""
