@@ -11,6 +11,7 @@ from typing import Tuple
 from robot_dynamics_learning.control.arm_feedforward import (ArmControllerConfig,
                                                              FEEDFORWARD_MODES)
 from robot_dynamics_learning.data.joint_velocity import check_velocity_source, VELOCITY_WINDOW
+from robot_dynamics_learning.data.messages import check_stamp_source
 from robot_dynamics_learning.params import build_from, check_ranges, setting, setting_of
 from robot_dynamics_learning.sim.trajectories import ReferenceConfig
 
@@ -40,12 +41,16 @@ class ArmControllerNodeConfig:
                                    "none), 'measured' or 'positions' (data/joint_velocity.py)")
     velocity_window: int = setting(VELOCITY_WINDOW, 'samples in the causal velocity estimate '
                                    'from positions', 3, 1000)
+    stamp_source: str = setting('auto', "joint state times: 'auto' (header stamps; arrival "
+                                'times when the first message is stamped 0), '
+                                "'header' or 'receipt'")
     torch_threads: int = setting(1, 'torch intra-op threads (learned feed-forward)', 1, 64)
 
     def __post_init__(self) -> None:
         """Refuse values that cannot work at start-up, naming them."""
         check_ranges(self)
         check_velocity_source(self.velocity_source)
+        check_stamp_source(self.stamp_source)
         if self.feedforward not in FEEDFORWARD_MODES:
             raise ValueError(f'feedforward must be one of {FEEDFORWARD_MODES}, got '
                              f'{self.feedforward!r}')

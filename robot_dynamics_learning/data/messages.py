@@ -238,6 +238,52 @@ class StampCheck:
 
 # Stamp rejections returned before the values are read (the message is unusable anyway).
 _EARLY = (Reason.ZERO_STAMP, Reason.NEGATIVE_STAMP)
+# Where a JointState's time comes from (`stamp_source` of the arm nodes and `rdl replay`).
+STAMP_SOURCES = ('auto', 'header', 'receipt')
+
+
+def check_stamp_source(source: str) -> None:
+    """Refuse an unknown stamp_source, naming the choices."""
+    if source not in STAMP_SOURCES:
+        raise ValueError(f'stamp_source must be one of {STAMP_SOURCES}, got {source!r}')
+
+
+class StampSource:
+    """
+    A message's time: its header stamp, or when it arrived, for drivers that never stamp.
+
+    Some drivers (micro-ROS and serial bridges among them) leave header.stamp at 0, and every
+    message was refused (zero_stamp). header: the header stamp, 0 refused; receipt: the
+    arrival time always (its jitter enters the derivatives); auto: decided by the first
+    message, for good: a stamp of 0 there means arrival times (`switched`), any other means
+    header stamps, and a later 0 is refused as a glitch. Mixing the two would put arrival
+    times, which lag, among header stamps.
+    """
+
+    def __init__(self, source: str = 'header') -> None:
+        check_stamp_source(source)
+        self.source = source
+        self.receipt = source == 'receipt'
+        self.decided = source != 'auto'
+        self.switched = False   # auto chose arrival times
+        self._told = False
+
+    @property
+    def wants_arrival(self) -> bool:
+        """Return True while arrival times may be used (the caller then passes them)."""
+        return self.receipt or not self.decided
+
+    def stamp_ns(self, header_ns: int, arrival_ns: Optional[int]) -> int:
+        """Return the time to use for a message stamped header_ns that arrived at arrival_ns."""
+        if not self.decided:
+            self.decided = True
+            self.receipt = self.switched = header_ns == 0 and arrival_ns is not None
+        return arrival_ns if self.receipt and arrival_ns is not None else header_ns
+
+    def news(self) -> bool:
+        """Return True once, after auto switched to arrival times (for one log line)."""
+        fresh, self._told = self.switched and not self._told, self._told or self.switched
+        return fresh
 
 
 class _Parser:
@@ -247,9 +293,16 @@ class _Parser:
                  bounds: StampBounds = StampBounds()) -> None:
         self.counter = RejectionCounter()
         self.stamps = StampCheck(allow_repeated_stamps, bounds) if check_stamps else None
+        self._arrival_ns: Optional[int] = None
 
-    def parse(self, msg: object) -> Result:
-        """Parse one message; never raises (a malformed object is a rejection)."""
+    def parse(self, msg: object, arrival_ns: Optional[int] = None) -> Result:
+        """
+        Parse one message; never raises (a malformed object is a rejection).
+
+        arrival_ns: when it arrived (receiver's clock, or a bag's log time), for parsers that
+        may stamp a message with it (`StampSource`).
+        """
+        self._arrival_ns = arrival_ns
         try:
             result = self._parse(msg)
         except (AttributeError, TypeError, ValueError, IndexError, OverflowError) as error:
@@ -302,7 +355,8 @@ class JointStateParser(_Parser):
     are not checked); None adopts the name list of the first message with a valid one. Each
     array is handled per its `FieldNeed`. Rejections: duplicate or missing joints, a non-empty
     array whose length differs from `name`, a required array empty, NaN/inf in a used value,
-    zero or non-increasing header stamps (when check_stamps).
+    zero or non-increasing header stamps (when check_stamps). stamp_source: header stamps
+    or arrival times (`StampSource`; arrival times come with `parse`).
     """
 
     FIELDS = ('position', 'velocity', 'effort')
@@ -312,8 +366,9 @@ class JointStateParser(_Parser):
                  velocity: FieldNeed = FieldNeed.OPTIONAL,
                  effort: FieldNeed = FieldNeed.OPTIONAL,
                  check_stamps: bool = True, allow_repeated_stamps: bool = False,
-                 bounds: StampBounds = StampBounds()) -> None:
+                 bounds: StampBounds = StampBounds(), stamp_source: str = 'header') -> None:
         super().__init__(check_stamps, allow_repeated_stamps, bounds)
+        self.times = StampSource(stamp_source)
         if joint_names is not None:
             joint_names = [str(name) for name in joint_names]
             if len(set(joint_names)) != len(joint_names) or not joint_names:
@@ -355,8 +410,11 @@ class JointStateParser(_Parser):
         index = self._indices(names)
         if isinstance(index, Result):
             return index
-        stamp_ns = stamp_to_ns(msg.header.stamp)
+        stamp_ns = self.times.stamp_ns(stamp_to_ns(msg.header.stamp), self._arrival_ns)
         bad_stamp = self._check_stamp(stamp_ns)
+        if bad_stamp is not None and bad_stamp.reason == Reason.ZERO_STAMP:
+            return _reject(Reason.ZERO_STAMP, f'{bad_stamp.detail}; or set stamp_source: '
+                           'receipt to use arrival times')
         if bad_stamp is not None and bad_stamp.reason in _EARLY:
             return bad_stamp
         values = {}

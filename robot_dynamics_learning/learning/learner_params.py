@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.data.joint_velocity import check_velocity_source, VELOCITY_WINDOW
+from robot_dynamics_learning.data.messages import check_stamp_source
 from robot_dynamics_learning.learning.buffer import BufferConfig
 from robot_dynamics_learning.learning.continual import LearnerConfig, TrainerConfig
 from robot_dynamics_learning.params import (build_from, check_ranges, load_node_config,
@@ -78,6 +79,10 @@ class DynamicsLearnerConfig:
     velocity_window: int = setting(VELOCITY_WINDOW, 'samples in the causal velocity estimate '
                                    'from positions (a one-sided quadratic fit, no delay)',
                                    3, 1000)
+    stamp_source: str = setting('auto', "message times: 'auto' (header stamps; arrival times "
+                                'on the node clock when the first message is stamped 0: a '
+                                "driver that never stamps), 'header' (a stamp of 0 is "
+                                "refused) or 'receipt' (arrival times always)")
     diagnostics_period_s: float = setting(1.0, 'seconds between diagnostics', 0.01, 3600.0)
     queue_depth: int = setting(20, 'joint_states subscription queue (best effort): messages '
                                'absorbed in a burst; also the most a backlog can delay them',
@@ -114,6 +119,7 @@ class DynamicsLearnerConfig:
         """Refuse values that cannot work, naming them (node start and rdl alike)."""
         check_ranges(self)
         check_velocity_source(self.velocity_source)
+        check_stamp_source(self.stamp_source)
         if self.model not in INVERSE_MODELS:
             model_config_class(vars(self))   # refuses a model outside INVERSE_MODELS
         if self.torque_source not in ('effort', 'command'):
@@ -206,6 +212,8 @@ class TorquePredictorConfig:
     velocity_window: int = setting(DynamicsLearnerConfig.velocity_window, 'samples in the '
                                    "velocity estimate from positions (as the learner's)",
                                    3, 1000)
+    stamp_source: str = setting(DynamicsLearnerConfig.stamp_source, "message times: 'auto', "
+                                "'header' or 'receipt' (as the learner's)")
     history_size: int = setting(BufferConfig.window, 'recent samples replayed to warm up the '
                                 'recurrent state of a newly loaded model (one training window)',
                                 1, 100000)
@@ -218,6 +226,7 @@ class TorquePredictorConfig:
         """Refuse values outside their ranges, naming them."""
         check_ranges(self)
         check_velocity_source(self.velocity_source)
+        check_stamp_source(self.stamp_source)
 
 
 def learner_params(path: Optional[Path] = None) -> DynamicsLearnerConfig:

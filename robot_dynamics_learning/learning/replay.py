@@ -54,7 +54,8 @@ class JointStream:
     time reset); receive_s: (T,) bag log times since the first message (monotonic, the report's
     time axis); q, qd, tau: (T, n); reset_before: (T,) bool, a time reset precedes the
     sample; rejections: [(receive_s, reason)]; counts: RejectionCounter.as_dict();
-    velocity_source: where qd comes from ('measured', 'positions' or 'measured and positions').
+    velocity_source: where qd comes from ('measured', 'positions' or 'measured and positions');
+    times: what stamp_s holds ('header' stamps or 'arrival' times).
     """
 
     joint_names: List[str]
@@ -69,6 +70,7 @@ class JointStream:
     torque_source: str = 'effort'
     topic: str = ''
     velocity_source: str = 'measured'   # or 'positions' (differentiated), or both
+    times: str = 'header'   # or 'arrival': the bag's log times (header stamps unset)
 
     def __len__(self) -> int:
         """Return the number of accepted samples."""
@@ -125,18 +127,20 @@ class StreamRecorder:
 
     The node's `JointStateParser` (joints by name, rejections counted by reason), its
     time-reset rule (a stamp `time_reset_s` or more backwards resets instead of being
-    rejected) and its velocities (`VelocitySource`: measured, or differentiated from the
+    rejected), its message times (`StampSource`: header stamps, or the receive times given
+    to `add`) and its velocities (`VelocitySource`: measured, or differentiated from the
     positions; samples where that fit warms up are dropped, as the node skips them). Used by
     `read_joint_stream` and by the replay_evaluator node.
     """
 
     def __init__(self, joint_names: Optional[Sequence[str]] = None,
                  time_reset_s: float = 0.5, joint_settle_s: float = 1.0,
-                 velocity_source: str = 'auto', velocity_window: int = VELOCITY_WINDOW) -> None:
+                 velocity_source: str = 'auto', velocity_window: int = VELOCITY_WINDOW,
+                 stamp_source: str = 'auto') -> None:
         self.velocity = (velocity_source, velocity_window)   # as the node's `VelocitySource`
         self.parser = JointStateParser(
             joint_names, position=FieldNeed.REQUIRED, velocity=velocity_need(velocity_source),
-            effort=FieldNeed.OPTIONAL,
+            effort=FieldNeed.OPTIONAL, stamp_source=stamp_source,
             bounds=StampBounds(reset_after_ns=int(time_reset_s * 1e9),   # as dynamics_learner
                                relock_after=RELOCK_AFTER))
         # joint_names unset: held and chosen as dynamics_learner does (`JointSetChoice`).
@@ -168,7 +172,7 @@ class StreamRecorder:
             self._parse(msg, receive_ns)
 
     def _parse(self, msg: Any, receive_ns: int) -> None:
-        result = self.parser.parse(msg)
+        result = self.parser.parse(msg, receive_ns)
         if not result.ok:
             self.rejections.append((receive_ns, result.reason.value))
             return
@@ -250,7 +254,8 @@ class StreamRecorder:
             reset_before=reset_before,
             rejections=[((r - first_ns) * 1e-9, reason) for r, reason in rejections],
             counts=counts, torque_source=source, topic=topic,
-            velocity_source=self._velocity_kind(samples))
+            velocity_source=self._velocity_kind(samples),
+            times='arrival' if self.parser.times.receipt else 'header')
 
 
 def read_joint_stream(bag: Path, topic: Optional[str] = None,
@@ -260,7 +265,8 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
                       joint_settle_s: float = 1.0,
                       command_joint_names: Optional[Sequence[str]] = None,
                       velocity_source: str = 'auto',
-                      velocity_window: int = VELOCITY_WINDOW) -> JointStream:
+                      velocity_window: int = VELOCITY_WINDOW,
+                      stamp_source: str = 'auto') -> JointStream:
     """
     Read a JointState topic as the learner node receives it (`StreamRecorder`).
 
@@ -269,14 +275,15 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
     carry none, `command_topic` (default the node's /effort_controller/commands if the bag
     has it; its array in the order of `command_joint_names`, unset: the learned joints')
     held on receive time, commands received at the same instant included (as `rdl train` on
-    bags). Velocities as the node takes them (`velocity_source`, `velocity_window`). Raises
-    ValueError naming what is missing.
+    bags). Velocities and times as the node takes them (`velocity_source`, `velocity_window`;
+    `stamp_source`, the bag's log times standing in for arrival times). Raises ValueError
+    naming what is missing.
     """
     topic = pick_joint_topic(bag, topic, typestore)
     with open_bag(bag, typestore) as reader:
         connections = [c for c in reader.connections if c.topic == topic]
         recorder = StreamRecorder(joint_names, time_reset_s, joint_settle_s, velocity_source,
-                                  velocity_window)
+                                  velocity_window, stamp_source)
         has_commands = any(c.topic == (command_topic or COMMAND_TOPIC)
                            and c.msgtype == FLOAT64_MULTI_ARRAY for c in reader.connections)
         first_ns = reader.start_time

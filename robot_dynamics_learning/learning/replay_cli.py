@@ -71,13 +71,16 @@ def run_replay(args: argparse.Namespace) -> int:
         float(params.get('time_reset_s', 0.5)), args.typestore, progress=True,
         joint_settle_s=float(params.get('joint_settle_s', 1.0)),
         command_joint_names=params.get('command_joint_names') or None,
-        velocity_source=params['velocity_source'], velocity_window=params['velocity_window'])
+        velocity_source=params['velocity_source'], velocity_window=params['velocity_window'],
+        stamp_source=params['stamp_source'])
     robot = _urdf_robot(args.urdf) if args.urdf else None
     if robot is not None and not args.joints:
         stream = _in_urdf_order(stream, robot)
     print(f'{stream.topic}: {len(stream)} samples, {stream.duration_s:.1f} s at '
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
-          f'{stream.torque_source}, velocity {VELOCITY_WORDS[stream.velocity_source]}',
+          f'{stream.torque_source}, velocity {VELOCITY_WORDS[stream.velocity_source]}'
+          + (', times: the log times (header stamps are 0)' if stream.times == 'arrival'
+             else ''),
           flush=True)
     models = [m.strip() for m in args.models.split(',') if m.strip()]
     refused = _urdf_data_reason(stream, robot) if robot is not None else None

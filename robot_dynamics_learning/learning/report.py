@@ -154,6 +154,7 @@ def compute_metrics(result: ReplayResult) -> Dict[str, Any]:
         'bag': result.bag, 'topic': stream.topic, 'joint_names': stream.joint_names,
         'samples': len(stream), 'duration_s': stream.duration_s, 'rate_hz': stream.rate_hz,
         'torque_source': stream.torque_source, 'velocity_source': stream.velocity_source,
+        'times': stream.times,
         'seed': result.seed,
         'holdout': {'mode': result.holdout.mode, 'every': result.holdout.every,
                     'fraction': result.holdout.fraction, 'block_s': result.holdout.block_s,
@@ -328,7 +329,9 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
         f"Bag `{metrics['bag']}`, topic `{metrics['topic']}`: {metrics['samples']} samples, "
         f"{metrics['duration_s']:.1f} s at {metrics['rate_hz']:.1f} Hz, joints "
         f"{', '.join(names)}; torque from {metrics['torque_source']}; velocity "
-        f"{VELOCITY_WORDS[metrics['velocity_source']]}; seed {metrics['seed']}.",
+        f"{VELOCITY_WORDS[metrics['velocity_source']]}; "
+        + ('times: the log times (header stamps are 0); ' if metrics['times'] == 'arrival'
+           else '') + f"seed {metrics['seed']}.",
         '', '## Verdict', '', _verdict_text(metrics), '',
         *(['Held-out inputs outside the training ranges (learned models extrapolate):', '']
           + [f'- {line}' for line in metrics['coverage_warnings']] + ['']

@@ -31,7 +31,8 @@ from robot_dynamics_learning.control.arm_feedforward import (ArmController,
 from robot_dynamics_learning.data.joint_velocity import velocity_need, VelocitySource
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
-from robot_dynamics_learning.nodes.conversions import (FieldNeed, float64_array_msg,
+from robot_dynamics_learning.nodes.conversions import (announce_arrival_times, arrival_ns,
+                                                       FieldNeed, float64_array_msg,
                                                        JointStateParser, parse_or_warn)
 from robot_dynamics_learning.nodes.parameters import declare_config, refuse_clock_changes
 from robot_dynamics_learning.nodes.runtime import spin_node
@@ -79,7 +80,8 @@ class ArmControllerNode(Node):
                                          config.velocity_window)
         self.parser = JointStateParser(
             self.joint_names, velocity=velocity_need(config.velocity_source),
-            effort=FieldNeed.OPTIONAL if self.learned is not None else FieldNeed.IGNORE)
+            effort=FieldNeed.OPTIONAL if self.learned is not None else FieldNeed.IGNORE,
+            stamp_source=config.stamp_source)
         self._errors = np.zeros(ERROR_WINDOW)
         self._lock = threading.Lock()
         self.pub_command = self.create_publisher(Float64MultiArray, config.command_topic,
@@ -113,7 +115,9 @@ class ArmControllerNode(Node):
         return self.get_clock().now().nanoseconds
 
     def _on_joint_state(self, msg: JointState) -> None:
-        sample = parse_or_warn(self, self.parser, msg, 'joint state')
+        sample = parse_or_warn(self, self.parser, msg, 'joint state',
+                               arrival_ns(self, self.parser))
+        announce_arrival_times(self, self.parser, 'joint_states')
         if sample is None:
             return
         stamp = sample.stamp_ns * 1e-9

@@ -34,14 +34,33 @@ __all__ = [
 COMMAND_MESSAGES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
 
 
-def parse_or_warn(node: Node, parser, msg, what: str):
+def arrival_ns(node: Node, parser) -> Optional[int]:
+    """Return the node clock's time for a JointState parser that may use it, else None."""
+    return node.get_clock().now().nanoseconds if parser.times.wants_arrival else None
+
+
+def announce_arrival_times(node: Node, parser, topic: str) -> None:
+    """Log once that a topic's stamps are unset and arrival times stand in."""
+    if parser.times.news():
+        node.get_logger().warn(f'{node.resolve_topic_name(topic)}: header stamps are 0 (the '
+                               'driver leaves them unset): using arrival times on the node '
+                               'clock (stamp_source auto; set header to refuse them)')
+
+
+def output_stamp(msg, parser, stamp_ns: int) -> Time:
+    """Return the stamp an output for `msg` carries: its header's, or the arrival time used."""
+    return time_msg(stamp_ns) if parser.times.receipt else msg.header.stamp
+
+
+def parse_or_warn(node: Node, parser, msg, what: str, arrival: Optional[int] = None):
     """
     Return the parser's value for `msg`, or None after a throttled warning naming the reason.
 
     The parser counts every rejection by reason (its `counter`); the warning says why in one
-    line, at most every 2 s, so a flood of bad messages cannot flood the log.
+    line, at most every 2 s, so a flood of bad messages cannot flood the log. arrival: when
+    the message arrived, for a parser that may stamp with it.
     """
-    result = parser.parse(msg)
+    result = parser.parse(msg, arrival)
     if result.ok:
         return result.value
     node.get_logger().warn(f'{what} rejected ({result.reason.value}: {result.detail})',

@@ -51,8 +51,9 @@ from robot_dynamics_learning.learning.prequential import (LatencyLog, Recorder,
 from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, urdf_robot
-from robot_dynamics_learning.nodes.conversions import (ArrayParser, FieldNeed, Float32Guard,
-                                                       JointStateParser,
+from robot_dynamics_learning.nodes.conversions import (announce_arrival_times, ArrayParser,
+                                                       arrival_ns, FieldNeed, Float32Guard,
+                                                       JointStateParser, output_stamp,
                                                        PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
@@ -141,7 +142,8 @@ class DynamicsLearnerNode(ManagedNode):
                                        velocity=velocity_need(params.velocity_source),
                                        effort=FieldNeed.OPTIONAL,
                                        bounds=declare_stamp_bounds(
-                                           self, reset_after_s=params.time_reset_s))
+                                           self, reset_after_s=params.time_reset_s),
+                                       stamp_source=params.stamp_source)
         self.commands = CommandOrder(params.command_joint_names, len(names) or None)
         if self.torque_source == 'command' and names:
             uncommanded(names, params.command_joint_names, raise_error=True)   # URDF joints
@@ -328,10 +330,11 @@ class DynamicsLearnerNode(ManagedNode):
             self._handle_joint_state(msg)
 
     def _handle_joint_state(self, msg: JointState) -> None:
+        arrival = arrival_ns(self, self.parser)
         if self.parser.joint_names is not None:
-            self._learn_from(msg)
+            self._learn_from(msg, arrival)
             return
-        refused = self.joint_sets.offer(msg, time.monotonic())
+        refused = self.joint_sets.offer((msg, arrival), time.monotonic(), names=msg.name)
         if refused is not None:
             self._log_rejection(self.parser.counter.count(refused), msg)
         self._adopt_when_settled()
@@ -353,15 +356,17 @@ class DynamicsLearnerNode(ManagedNode):
             self.get_logger().info(f'learning the joints {list(names)} (adopted from '
                                    f'{self.resolve_topic_name("joint_states")}; set '
                                    'joint_names to fix them)')
-        for message in self.joint_sets.take_held():
-            self._learn_from(message, held=True)
+        for message, arrival in self.joint_sets.take_held():
+            self._learn_from(message, arrival, held=True)
 
-    def _learn_from(self, msg: JointState, held: bool = False) -> None:
+    def _learn_from(self, msg: JointState, arrival: Optional[int], held: bool = False
+                    ) -> None:
         """Predict, publish and learn one message; held: waited for the joint choice."""
         received = time.perf_counter()
         if self.build_error:
             return
-        result = self.parser.parse(msg)
+        result = self.parser.parse(msg, arrival)
+        announce_arrival_times(self, self.parser, 'joint_states')
         if not result.ok:
             self._log_rejection(result, msg)
             return
@@ -388,7 +393,8 @@ class DynamicsLearnerNode(ManagedNode):
         if not self.float32.accepts(self, observation, action, target):
             return
         mean, variance = self.learner.observe(stamp, observation, action, target)
-        self.predictions.publish(msg.header.stamp, mean, variance)
+        self.predictions.publish(output_stamp(msg, self.parser, sample.stamp_ns), mean,
+                                 variance)
         if self.params.lockstep:
             self.learner.trainer.train_pending()
         if not held:   # a held message's age is the settling window, not the node's latency

@@ -45,7 +45,8 @@ class ReplayEvaluator(Node):
             time_reset_s=float(self.params['time_reset_s']),
             joint_settle_s=float(self.params.get('joint_settle_s', 1.0)),
             velocity_source=self.params['velocity_source'],
-            velocity_window=self.params['velocity_window'])
+            velocity_window=self.params['velocity_window'],
+            stamp_source=self.params['stamp_source'])
         self.first_ns: Optional[int] = None
         reliable = QoSProfile(depth=100, history=HistoryPolicy.KEEP_ALL,
                               reliability=ReliabilityPolicy.RELIABLE)

@@ -30,8 +30,9 @@ from robot_dynamics_learning.learning.prequential import (LatencyLog, Prequentia
                                                           saved_variance_scale,
                                                           VarianceCalibration)
 from robot_dynamics_learning.models.base import DynamicsModel
-from robot_dynamics_learning.nodes.conversions import (FieldNeed, Float32Guard, JointStateParser,
-                                                       PredictedTorquePublisher)
+from robot_dynamics_learning.nodes.conversions import (announce_arrival_times, arrival_ns,
+                                                       FieldNeed, Float32Guard, JointStateParser,
+                                                       output_stamp, PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
@@ -125,7 +126,8 @@ class TorquePredictorNode(ManagedNode):
                 params = self.params
                 self.parser = JointStateParser(
                     self.joint_names, velocity=velocity_need(params.velocity_source),
-                    effort=FieldNeed.OPTIONAL, bounds=self._bounds)
+                    effort=FieldNeed.OPTIONAL, bounds=self._bounds,
+                    stamp_source=params.stamp_source)
                 self.stream = InverseDynamicsStream(
                     n, CausalDifferentiator(n, window=self._accel_window))
                 self.velocities = VelocitySource(n, params.velocity_source,
@@ -156,7 +158,8 @@ class TorquePredictorNode(ManagedNode):
             model = self._model
             self.predictor = StreamingPredictor(self._published, model.n_obs, model.n_act,
                                                 self._history_size)
-        result = self.parser.parse(msg)
+        result = self.parser.parse(msg, arrival_ns(self, self.parser))
+        announce_arrival_times(self, self.parser, 'joint_states')
         if not result.ok:
             now = time.monotonic()
             if now - self._last_log > 1.0:   # throttled: a flood must not flood the log
@@ -182,7 +185,8 @@ class TorquePredictorNode(ManagedNode):
             return
         mean, variance = self.predictor.predict(observation, action)
         calibrated = None if variance is None else self.calibration.apply(variance)
-        self.predictions.publish(msg.header.stamp, mean, calibrated)
+        self.predictions.publish(output_stamp(msg, self.parser, sample.stamp_ns), mean,
+                                 calibrated)
         if target is not None:
             self.prequential.update(mean, target)
             if variance is not None:

@@ -1,0 +1,87 @@
+"""Drivers that leave header stamps at 0: arrival times stand in, offline and live."""
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+import numpy as np
+import pytest
+from robot_dynamics_learning.data import bag_io
+from robot_dynamics_learning.data.messages import JointStateParser, Reason, StampSource
+from robot_dynamics_learning.learning import replay
+from robot_dynamics_learning.nodes.conversions import joint_state_msg
+from ros_util import start_node, stop_node, TestNode, wait_for
+from sensor_msgs.msg import JointState
+from test_velocity_check import _arm
+
+NAMES = ['joint1', 'joint2']
+
+
+def _msg(stamp_ns: int) -> JointState:
+    return joint_state_msg(stamp_ns, NAMES, [0.1, 0.2], [0.0, 0.0], [1.0, 2.0])
+
+
+def test_auto_decides_on_the_first_message_for_good():
+    unstamped = JointStateParser(NAMES, stamp_source='auto')
+    first = unstamped.parse(_msg(0), 5_000)
+    assert first.ok and first.value.stamp_ns == 5_000 and unstamped.times.news()
+    assert not unstamped.times.news()   # said once
+    assert unstamped.parse(_msg(0), 6_000).value.stamp_ns == 6_000
+    stamped = JointStateParser(NAMES, stamp_source='auto')
+    assert stamped.parse(_msg(10**9), 5_000).value.stamp_ns == 10**9
+    assert not stamped.times.wants_arrival   # no clock read per message from now on
+    glitch = stamped.parse(_msg(0), 6_000)   # a stamping driver's 0: refused, not mixed in
+    assert glitch.reason == Reason.ZERO_STAMP and 'stamp_source: receipt' in glitch.detail
+    receipt = JointStateParser(NAMES, stamp_source='receipt')
+    assert receipt.parse(_msg(10**9), 7_000).value.stamp_ns == 7_000
+    with pytest.raises(ValueError, match="stamp_source must be one of .*got 'clock'"):
+        StampSource('clock')
+
+
+def test_replay_of_an_unstamped_bag_runs_on_its_log_times(tmp_path):
+    trajectory = bag_io.load_dataset('kinova', 'RunTrajectory1.csv')[0]
+    log_ns = 10**18 + np.round(trajectory.time * 1e9).astype(np.int64)
+    log_ns += np.random.default_rng(0).integers(0, 200_000, log_ns.size)   # arrival jitter
+    bag = tmp_path / 'unstamped'
+    with bag_io.BagWriter(bag, 'sqlite3') as writer:
+        for i, t_ns in enumerate(log_ns.tolist()):
+            writer.write('/joint_states', bag_io.JOINT_STATE, t_ns, writer.joint_state(
+                0, trajectory.joint_names, trajectory.q[i], trajectory.qd[i],
+                trajectory.tau[i]))
+    stream = replay.read_joint_stream(bag)
+    assert stream.times == 'arrival' and len(stream) == len(trajectory)
+    np.testing.assert_allclose(stream.stamp_s, (log_ns - log_ns[0]) * 1e-9)
+    with pytest.raises(ValueError, match='zero_stamp.*stamp_source: receipt'):
+        replay.read_joint_stream(bag, stamp_source='header')
+
+
+@pytest.mark.ros
+def test_dynamics_learner_learns_from_a_driver_that_never_stamps(tmp_path):
+    log = tmp_path / 'learner.log'
+    node = start_node('dynamics_learner', params={
+        'model': 'ffnn', 'trainer_process': False, 'checkpoint_dir': '',
+        'diagnostics_period_s': 0.5, 'joint_names': NAMES}, log_path=log)
+    try:
+        with TestNode('unstamped_arm') as arm_node:
+            values, stamps = {}, []
+            arm_node.node.create_subscription(
+                DiagnosticArray, '/diagnostics',
+                lambda m: values.update({v.key: v.value for s in m.status for v in s.values
+                                         if 'dynamics_learner' in s.name}), 10)
+            arm_node.node.create_subscription(
+                JointState, '/dynamics_learner/predicted_torques',
+                lambda m: stamps.append(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9),
+                1000)
+            publisher = arm_node.node.create_publisher(JointState, '/joint_states', 100)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
+                log.read_text()
+            arm = _arm(600, dt=0.005)
+            for q, qd, tau in zip(arm.q, arm.qd, arm.tau):
+                publisher.publish(joint_state_msg(0, NAMES, q, qd, tau))
+                time.sleep(0.005)
+            assert wait_for(lambda: int(values.get('messages_accepted', 0)) > 300, 10), \
+                (values, log.read_text())
+    finally:
+        stop_node(node)
+    assert 'messages_zero_stamp' not in values and 'header stamps are 0' in log.read_text()
+    # Predictions carry the arrival times used: now, not 1970.
+    assert len(stamps) > 250 and abs(stamps[-1] - time.time()) < 60
+    assert np.all(np.diff(stamps) > 0)
