@@ -136,6 +136,17 @@ def watch_diagnostics(node: Node, node_name: str) -> Dict[str, str]:
     return latest
 
 
+def watch_predictions(node: Node, topic: str = '/dynamics_learner/predicted_torques'
+                      ) -> List[tuple]:
+    """Subscribe a learner's predicted torques; return a list kept at (stamp_ns, effort)."""
+    from sensor_msgs.msg import JointState
+    predictions: List[tuple] = []
+    node.create_subscription(
+        JointState, topic, lambda m: predictions.append(
+            (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, list(m.effort))), 1000)
+    return predictions
+
+
 def estimator_probe(node: Node) -> tuple:
     """Return car_state_estimator's twists (filled as they come), diagnostics, pose publisher."""
     from geometry_msgs.msg import PoseStamped, TwistStamped

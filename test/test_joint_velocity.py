@@ -3,7 +3,6 @@ import dataclasses
 import json
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
 from robot_dynamics_learning.cli import main as rdl
@@ -14,7 +13,8 @@ from robot_dynamics_learning.learning.learner_params import DynamicsLearnerConfi
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
 from robot_dynamics_learning.resources import resource
-from ros_util import start_node, stop_node, TestNode, wait_for
+from ros_util import (start_node, stop_node, TestNode, wait_for, watch_diagnostics,
+                      watch_predictions)
 from sensor_msgs.msg import JointState
 from test_velocity_check import _arm, URDF
 import torch
@@ -104,15 +104,8 @@ def test_dynamics_learner_learns_from_a_driver_that_publishes_positions_only(tmp
         'diagnostics_period_s': 0.5}, log_path=log)
     try:
         with TestNode('position_only_arm') as arm_node:
-            values, predictions = {}, []
-            arm_node.node.create_subscription(
-                DiagnosticArray, '/diagnostics',
-                lambda m: values.update({v.key: v.value for s in m.status for v in s.values
-                                         if 'dynamics_learner' in s.name}), 10)
-            arm_node.node.create_subscription(
-                JointState, '/dynamics_learner/predicted_torques',
-                lambda m: predictions.append((m.header.stamp.sec * 10**9
-                                              + m.header.stamp.nanosec, list(m.effort))), 1000)
+            values = watch_diagnostics(arm_node.node, 'dynamics_learner')
+            predictions = watch_predictions(arm_node.node)
             publisher = arm_node.node.create_publisher(JointState, '/joint_states', 100)
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
                 log.read_text()
@@ -148,11 +141,7 @@ def test_dynamics_learner_learns_from_a_driver_that_publishes_positions_only(tmp
 def test_arm_controller_tracks_with_velocities_differentiated_from_positions(tmp_path):
     logs = {name: tmp_path / f'{name}.log' for name in ('sim', 'controller')}
     with TestNode() as probe:
-        values = {}
-        probe.node.create_subscription(
-            DiagnosticArray, '/diagnostics',
-            lambda m: values.update({v.key: v.value for s in m.status for v in s.values
-                                     if s.name.endswith('arm_controller')}), 100)
+        values = watch_diagnostics(probe.node, 'arm_controller')
         sim = start_node('mujoco_arm', {}, log_path=logs['sim'])
         controller = start_node('arm_controller', {
             'feedforward': 'urdf', 'approach_s': 1.0, 'velocity_source': 'positions',

@@ -1,14 +1,14 @@
 """Drivers that leave header stamps at 0: arrival times stand in, offline and live."""
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
 from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.data.messages import JointStateParser, Reason, StampSource
 from robot_dynamics_learning.learning import replay
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
-from ros_util import start_node, stop_node, TestNode, wait_for
+from ros_util import (start_node, stop_node, TestNode, wait_for, watch_diagnostics,
+                      watch_predictions)
 from sensor_msgs.msg import JointState
 from test_velocity_check import _arm
 
@@ -61,15 +61,8 @@ def test_dynamics_learner_learns_from_a_driver_that_never_stamps(tmp_path):
         'diagnostics_period_s': 0.5, 'joint_names': NAMES}, log_path=log)
     try:
         with TestNode('unstamped_arm') as arm_node:
-            values, stamps = {}, []
-            arm_node.node.create_subscription(
-                DiagnosticArray, '/diagnostics',
-                lambda m: values.update({v.key: v.value for s in m.status for v in s.values
-                                         if 'dynamics_learner' in s.name}), 10)
-            arm_node.node.create_subscription(
-                JointState, '/dynamics_learner/predicted_torques',
-                lambda m: stamps.append(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9),
-                1000)
+            values = watch_diagnostics(arm_node.node, 'dynamics_learner')
+            predictions = watch_predictions(arm_node.node)
             publisher = arm_node.node.create_publisher(JointState, '/joint_states', 100)
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
                 log.read_text()
@@ -83,5 +76,6 @@ def test_dynamics_learner_learns_from_a_driver_that_never_stamps(tmp_path):
         stop_node(node)
     assert 'messages_zero_stamp' not in values and 'header stamps are 0' in log.read_text()
     # Predictions carry the arrival times used: now, not 1970.
+    stamps = np.array([stamp for stamp, _ in predictions]) * 1e-9
     assert len(stamps) > 250 and abs(stamps[-1] - time.time()) < 60
     assert np.all(np.diff(stamps) > 0)

@@ -5,6 +5,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
 from robot_dynamics_learning import cli
+from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
@@ -102,3 +103,10 @@ def test_effort_that_is_zero_everywhere_is_refused_unless_it_is_a_command(tmp_pa
     assert cli.main(['train', '--config', str(config), '--out', str(tmp_path / 'run'),
                      '--data', _csv(tmp_path / 'zero.csv', zero, 1.0)]) == 2
     assert 'the torque (effort) is 0 for every joint' in capsys.readouterr().err
+    # rdl replay says what the node would do, for every model, not only the URDF's.
+    bag_io.write_joint_trajectories(tmp_path / 'zero_bag', [zero], 'sqlite3')
+    assert cli.main(['replay', str(tmp_path / 'zero_bag'), '--models', 'ffnn',
+                     '--out', str(tmp_path / 'report')]) == 2
+    assert ('dynamics_learner would not learn from this bag: joint_states: the torque (effort)'
+            ' is 0' in capsys.readouterr().err)
+    assert not (tmp_path / 'report').exists()

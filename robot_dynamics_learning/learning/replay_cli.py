@@ -5,7 +5,7 @@ Imports stay inside the handler so that `rdl --help` does not load torch.
 """
 import argparse
 from pathlib import Path
-from typing import Optional, TYPE_CHECKING
+from typing import List, Optional, Tuple, TYPE_CHECKING
 
 if TYPE_CHECKING:   # no torch or rosbags at `rdl --help`
     from robot_dynamics_learning.dynamics.model import RobotModel
@@ -83,7 +83,14 @@ def run_replay(args: argparse.Namespace) -> int:
              else ''),
           flush=True)
     models = [m.strip() for m in args.models.split(',') if m.strip()]
-    refused = _urdf_data_reason(stream, robot) if robot is not None else None
+    refused, warnings = _audit(stream, None)   # what every model's node would refuse
+    if refused:
+        raise ValueError(f'dynamics_learner would not learn from this bag: {refused}')
+    if robot is not None:
+        refused, urdf_warnings = _urdf_data_reason(stream, robot)
+        warnings += [w for w in urdf_warnings if w not in warnings]
+    for warning in warnings:
+        print(f'warning: {warning}', flush=True)
     skipped = {}
     if refused:   # the URDF models would learn from garbage torques; the others still run
         skipped = {m: refused for m in dict.fromkeys(models + ['rigid_body'])
@@ -126,24 +133,34 @@ def _in_urdf_order(stream: 'JointStream', robot: 'RobotModel') -> 'JointStream':
         return stream
 
 
-def _urdf_data_reason(stream: 'JointStream', robot: 'RobotModel') -> Optional[str]:
+def _urdf_data_reason(stream: 'JointStream', robot: 'RobotModel'
+                      ) -> Tuple[Optional[str], List[str]]:
     """
-    Return why the URDF models must skip the stream, else None: the checks of `rdl train`.
+    Return (why the URDF models must skip the stream, or None; warnings): `rdl train`'s checks.
 
-    q in degrees, qd of another scale, sign or joint, tau of another sign or unit, judged as
-    dynamics_learner judges its first samples (`stream_audit.StreamAudit`), here on the
-    first `REPLAY_AUDIT_SAMPLES` of the bag. Warnings (joints beyond the limits) are
-    printed. A stream that lacks the URDF's joints is left to `replay.replay`, which skips
-    its models saying why.
+    q in degrees, qd of another scale, sign or joint, tau of another sign or unit (warnings:
+    joints beyond the limits). A stream that lacks the URDF's joints is left to
+    `replay.replay`, which skips its models saying why.
+    """
+    if list(robot.joint_names) != list(stream.joint_names):
+        return None, []
+    return _audit(stream, robot)
+
+
+def _audit(stream: 'JointStream', robot: Optional['RobotModel']
+           ) -> Tuple[Optional[str], List[str]]:
+    """
+    Return (why dynamics_learner would refuse the stream, or None; its warnings).
+
+    Judged as the node judges its first samples (`stream_audit.StreamAudit`), here on the
+    first `REPLAY_AUDIT_SAMPLES` of the bag. robot None: the checks of every model (torques
+    never measured; velocity warnings), else those of the URDF's models too.
     """
     from robot_dynamics_learning.learning.stream_audit import StreamAudit
-    if list(robot.joint_names) != list(stream.joint_names):
-        return None
     count = min(len(stream), REPLAY_AUDIT_SAMPLES)
-    audit = StreamAudit(robot, stream.joint_names, size=count)
+    audit = StreamAudit(robot, stream.joint_names, size=count,
+                        measured=stream.torque_source == 'effort')
     for k in range(count):
         audit.add(float(stream.stamp_s[k]), stream.q[k], stream.qd[k], stream.tau[k])
     audit.finish()
-    for warning in audit.warnings:
-        print(f'warning: {warning}', flush=True)
-    return audit.problem
+    return audit.problem, audit.warnings
