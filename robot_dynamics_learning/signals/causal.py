@@ -19,6 +19,11 @@ from typing import Optional
 import numpy as np
 
 
+# A step longer than this many window spans restarts a fit (unless span_gaps): a hole that
+# long is a new recording or a stopped stream, while messages dropped under load (tens of
+# ms at 1 kHz) leave a fit across them close to one without.
+GAP_SPANS = 3.0
+
 # Sampling counts as uniform when the steps in the window differ by at most this share of
 # their mean: nanosecond stamps of a 1 kHz stream differ by 1-2 ns, and a pseudo-inverse per
 # sample (0.1 ms) for such jitter changes the estimate by less than the jitter itself.
@@ -58,9 +63,9 @@ class CausalPolyFilter:
     derivative returned (<= order); lag: evaluation point in mean sample periods before the
     newest sample, in [0, window - 1]; max_gap: a larger time step than this (s) resets the
     filter (a gap in the stream) before the new sample is used; span_gaps False (default)
-    also resets at a step longer than the window spans at its mean step (whatever the rate:
-    a fit across it would join two recordings). Output starts once `window` samples have
-    arrived since the last reset.
+    also resets at a step longer than `GAP_SPANS` times what the window spans at its mean
+    step (whatever the rate: a fit across it would join two recordings). Output starts once
+    `window` samples have arrived since the last reset.
     """
 
     def __init__(self, n_channels: int, window: int = 15, order: int = 2, max_deriv: int = 1,
@@ -121,7 +126,7 @@ class CausalPolyFilter:
             return self.max_gap
         first = self._times[(self._count - held) % self.window]
         mean_step = (self._last_time - first) / (held - 1)
-        return min(self.max_gap, (self.window - 1) * mean_step)
+        return min(self.max_gap, GAP_SPANS * (self.window - 1) * mean_step)
 
     def update(self, t: float, x: np.ndarray) -> Optional[CausalEstimate]:
         """
