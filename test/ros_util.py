@@ -1,9 +1,10 @@
 """Helpers for node tests over real rclpy and Fast DDS on localhost (no mocks)."""
+from contextlib import contextmanager
 from pathlib import Path
 import subprocess
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import rclpy
 from rclpy.context import Context
@@ -136,6 +137,27 @@ def watch_diagnostics(node: Node, node_name: str) -> Dict[str, str]:
     return latest
 
 
+@contextmanager
+def learner_and_arm(log: Path, params: Dict[str, object], probe: str) -> Iterator[tuple]:
+    """
+    Run dynamics_learner (trainer thread, no checkpoints, diagnostics every 0.5 s, `params`).
+
+    Yield (probe node, its /joint_states publisher) once the learner listens; stop it after.
+    """
+    from sensor_msgs.msg import JointState
+    process = start_node('dynamics_learner', params={
+        'trainer_process': False, 'checkpoint_dir': '', 'diagnostics_period_s': 0.5, **params},
+        log_path=log)
+    try:
+        with TestNode(probe) as arm:
+            publisher = arm.node.create_publisher(JointState, '/joint_states', 100)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
+                log.read_text()
+            yield arm.node, publisher
+    finally:
+        stop_node(process)
+
+
 def watch_predictions(node: Node, topic: str = '/dynamics_learner/predicted_torques'
                       ) -> List[tuple]:
     """Subscribe a learner's predicted torques; return a list kept at (stamp_ns, effort)."""
@@ -145,6 +167,20 @@ def watch_predictions(node: Node, topic: str = '/dynamics_learner/predicted_torq
         JointState, topic, lambda m: predictions.append(
             (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, list(m.effort))), 1000)
     return predictions
+
+
+@contextmanager
+def estimator_running(log: Path, params: Optional[Dict[str, object]] = None
+                      ) -> Iterator[tuple]:
+    """Run car_state_estimator; yield `estimator_probe`'s (twists, counters, pose publisher)."""
+    process = start_node('car_state_estimator', params, log_path=log)
+    try:
+        with TestNode('estimator_probe') as probe:
+            twists, counters, publisher = estimator_probe(probe.node)
+            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
+            yield twists, counters, publisher
+    finally:
+        assert stop_node(process) == 0, log.read_text()
 
 
 def estimator_probe(node: Node) -> tuple:

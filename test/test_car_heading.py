@@ -1,10 +1,8 @@
 """A mocap rigid body whose x axis is not the car's forward: refused offline, warned live."""
-from contextlib import contextmanager
 import dataclasses
 import math
 from pathlib import Path
 import time
-from typing import Optional
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from robot_dynamics_learning.data.car_heading import (judge_drives, judge_travel
 from robot_dynamics_learning.data.car_sources import (BagOptions, car_csv_files, load_car_bags,
                                                       load_car_csvs)
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg
-from ros_util import estimator_probe, start_node, stop_node, TestNode, wait_for
+from ros_util import estimator_running, wait_for
 
 DART = Path(__file__).parent / 'fixtures' / 'data' / 'rc_car_dart'
 
@@ -108,25 +106,12 @@ def test_a_y_up_mocap_frame_is_refused_a_small_tilt_is_not(tmp_path):
     assert len(flat[0]) > 250
 
 
-@contextmanager
-def _estimator(log: Path, params: Optional[dict] = None):
-    """Run car_state_estimator; yield (its mocap pose publisher, the twists it published)."""
-    process = start_node('car_state_estimator', params, log_path=log)
-    try:
-        with TestNode('heading_probe') as probe:
-            twists, _, publisher = estimator_probe(probe.node)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
-            yield publisher, twists
-    finally:
-        assert stop_node(process) == 0, log.read_text()
-
-
 @pytest.mark.ros
 def test_the_estimator_warns_and_takes_yaw_offset_deg(tmp_path):
     """A car driving along x whose mocap yaw says +90 deg: warned; yaw_offset_deg -90 fixes it."""
     for offset in (0.0, -90.0):
         log = tmp_path / f'estimator_{offset:g}.log'
-        with _estimator(log, {'yaw_offset_deg': offset}) as (publisher, twists):
+        with estimator_running(log, {'yaw_offset_deg': offset}) as (twists, _, publisher):
             start_ns, speed, rate = time.time_ns(), 1.5, 240.0
             for i in range(int(2.0 * rate)):
                 t = i / rate
@@ -148,7 +133,7 @@ def test_the_estimator_warns_and_takes_yaw_offset_deg(tmp_path):
 @pytest.mark.ros
 def test_the_estimator_rejects_poses_without_a_vertical_z_axis(tmp_path):
     log = tmp_path / 'estimator.log'
-    with _estimator(log) as (publisher, twists):
+    with estimator_running(log) as (twists, _, publisher):
         start_ns = time.time_ns()
         for i in range(120):
             msg = planar_pose_msg(start_ns + i * 10_000_000, 0.01 * i, 0.0, 0.0)

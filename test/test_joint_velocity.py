@@ -13,9 +13,8 @@ from robot_dynamics_learning.learning.learner_params import DynamicsLearnerConfi
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
 from robot_dynamics_learning.resources import resource
-from ros_util import (start_node, stop_node, TestNode, wait_for, watch_diagnostics,
-                      watch_predictions)
-from sensor_msgs.msg import JointState
+from ros_util import (learner_and_arm, start_node, stop_node, TestNode, wait_for,
+                      watch_diagnostics, watch_predictions)
 from test_velocity_check import _arm, URDF
 import torch
 
@@ -99,29 +98,20 @@ def test_replay_of_a_position_only_bag_differentiates_the_positions(kinova_bags,
 @pytest.mark.ros
 def test_dynamics_learner_learns_from_a_driver_that_publishes_positions_only(tmp_path):
     log = tmp_path / 'learner.log'
-    node = start_node('dynamics_learner', params={
-        'model': 'rigid_body', 'urdf': URDF, 'trainer_process': False, 'checkpoint_dir': '',
-        'diagnostics_period_s': 0.5}, log_path=log)
-    try:
-        with TestNode('position_only_arm') as arm_node:
-            values = watch_diagnostics(arm_node.node, 'dynamics_learner')
-            predictions = watch_predictions(arm_node.node)
-            publisher = arm_node.node.create_publisher(JointState, '/joint_states', 100)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
-                log.read_text()
-            arm = _arm(2300, dt=0.002)
-            start = 10**9
-            torques = {}
-            for t, q, tau in zip(arm.time, arm.q, arm.tau):
-                stamp = start + int(round(t * 1e9))
-                torques[stamp] = tau
-                publisher.publish(joint_state_msg(stamp, ['joint1', 'joint2'], q, None, tau))
-                time.sleep(0.001)
-            assert wait_for(lambda: values.get('data_audit') == 'passed', 20), \
-                (values, log.read_text())
-            assert wait_for(lambda: int(values.get('velocity_derived', 0)) > 2000, 10), values
-    finally:
-        stop_node(node)
+    arm = _arm(2300, dt=0.002)
+    torques = {}
+    with learner_and_arm(log, {'model': 'rigid_body', 'urdf': URDF},
+                         'position_only_arm') as (probe, publisher):
+        values = watch_diagnostics(probe, 'dynamics_learner')
+        predictions = watch_predictions(probe)
+        for t, q, tau in zip(arm.time, arm.q, arm.tau):
+            stamp = 10**9 + int(round(t * 1e9))
+            torques[stamp] = tau
+            publisher.publish(joint_state_msg(stamp, ['joint1', 'joint2'], q, None, tau))
+            time.sleep(0.001)
+        assert wait_for(lambda: values.get('data_audit') == 'passed', 20), \
+            (values, log.read_text())
+        assert wait_for(lambda: int(values.get('velocity_derived', 0)) > 2000, 10), values
     assert 'missing_field' not in values and 'carries no velocity' in log.read_text()
     # The node's predictions from differentiated velocities against the same model given the
     # exact velocities and accelerations (the URDF's damping and friction included).

@@ -1,4 +1,4 @@
-"""Drivers that leave header stamps at 0: arrival times stand in, offline and live."""
+"""Drivers and mocap bridges that leave header stamps at 0: arrival times stand in."""
 import time
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.data.messages import JointStateParser, Reason, StampSource
 from robot_dynamics_learning.learning import replay
-from robot_dynamics_learning.nodes.conversions import joint_state_msg
-from ros_util import (start_node, stop_node, TestNode, wait_for, watch_diagnostics,
+from robot_dynamics_learning.nodes.conversions import joint_state_msg, planar_pose_msg
+from ros_util import (estimator_running, learner_and_arm, wait_for, watch_diagnostics,
                       watch_predictions)
 from sensor_msgs.msg import JointState
 from test_velocity_check import _arm
@@ -56,26 +56,34 @@ def test_replay_of_an_unstamped_bag_runs_on_its_log_times(tmp_path):
 @pytest.mark.ros
 def test_dynamics_learner_learns_from_a_driver_that_never_stamps(tmp_path):
     log = tmp_path / 'learner.log'
-    node = start_node('dynamics_learner', params={
-        'model': 'ffnn', 'trainer_process': False, 'checkpoint_dir': '',
-        'diagnostics_period_s': 0.5, 'joint_names': NAMES}, log_path=log)
-    try:
-        with TestNode('unstamped_arm') as arm_node:
-            values = watch_diagnostics(arm_node.node, 'dynamics_learner')
-            predictions = watch_predictions(arm_node.node)
-            publisher = arm_node.node.create_publisher(JointState, '/joint_states', 100)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
-                log.read_text()
-            arm = _arm(600, dt=0.005)
-            for q, qd, tau in zip(arm.q, arm.qd, arm.tau):
-                publisher.publish(joint_state_msg(0, NAMES, q, qd, tau))
-                time.sleep(0.005)
-            assert wait_for(lambda: int(values.get('messages_accepted', 0)) > 300, 10), \
-                (values, log.read_text())
-    finally:
-        stop_node(node)
+    arm = _arm(600, dt=0.005)
+    with learner_and_arm(log, {'model': 'ffnn', 'joint_names': NAMES},
+                         'unstamped_arm') as (probe, publisher):
+        values = watch_diagnostics(probe, 'dynamics_learner')
+        predictions = watch_predictions(probe)
+        for q, qd, tau in zip(arm.q, arm.qd, arm.tau):
+            publisher.publish(joint_state_msg(0, NAMES, q, qd, tau))
+            time.sleep(0.005)
+        assert wait_for(lambda: int(values.get('messages_accepted', 0)) > 300, 10), \
+            (values, log.read_text())
     assert 'messages_zero_stamp' not in values and 'header stamps are 0' in log.read_text()
     # Predictions carry the arrival times used: now, not 1970.
     stamps = np.array([stamp for stamp, _ in predictions]) * 1e-9
     assert len(stamps) > 250 and abs(stamps[-1] - time.time()) < 60
     assert np.all(np.diff(stamps) > 0)
+
+
+@pytest.mark.ros
+def test_car_state_estimator_runs_on_arrival_times_for_an_unstamped_mocap_bridge(tmp_path):
+    log = tmp_path / 'estimator.log'
+    with estimator_running(log) as (twists, counters, publisher):
+        speed, rate = 1.5, 200.0
+        for i in range(int(2.0 * rate)):
+            publisher.publish(planar_pose_msg(0, speed * i / rate, 0.0, 0.0))
+            time.sleep(1.0 / rate)
+        assert wait_for(lambda: len(twists) > 100, 5.0), log.read_text()
+        vx = np.median([m.twist.linear.x for m in twists[-50:]])
+        assert wait_for(lambda: 'parser_accepted' in counters, 5.0)
+    assert 'parser_zero_stamp' not in counters and 'header stamps are 0' in log.read_text()
+    # Arrival times carry the sleep's jitter: the speed is right on average, not exactly.
+    assert vx == pytest.approx(speed, rel=0.15)

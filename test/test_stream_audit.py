@@ -1,7 +1,6 @@
 """dynamics_learner holds its first samples to the offline data checks, over real DDS."""
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
 from robot_dynamics_learning import cli
@@ -9,8 +8,7 @@ from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
-from ros_util import start_node, stop_node, TestNode, wait_for
-from sensor_msgs.msg import JointState
+from ros_util import learner_and_arm, wait_for, watch_diagnostics
 from test_velocity_check import _arm, _csv, CONFIGS, URDF
 
 JOINTS = ['joint1', 'joint2']
@@ -61,28 +59,15 @@ def test_swapped_velocities_are_refused_for_a_urdf_model_and_a_reset_starts_over
 @pytest.mark.ros
 def test_dynamics_learner_stops_on_flipped_torques_and_says_why(tmp_path):
     log = tmp_path / 'learner.log'
-    node = start_node('dynamics_learner', params={
-        'model': 'rigid_body', 'urdf': URDF, 'trainer_process': False, 'checkpoint_dir': '',
-        'diagnostics_period_s': 0.5}, log_path=log)
-    try:
-        with TestNode('flipped_arm') as arm_node:
-            audits = []
-            arm_node.node.create_subscription(
-                DiagnosticArray, '/diagnostics',
-                lambda m: audits.extend(v.value for s in m.status for v in s.values
-                                        if v.key == 'data_audit'), 10)
-            publisher = arm_node.node.create_publisher(JointState, '/joint_states', 100)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
-                log.read_text()
-            arm = _arm(2300, dt=0.002)
-            start = 10**9
-            for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau):
-                publisher.publish(joint_state_msg(start + int(t * 1e9), JOINTS, q, qd, -tau))
-                time.sleep(0.001)
-            assert wait_for(lambda: 'data refused' in log.read_text(), 20), log.read_text()
-            assert wait_for(lambda: 'refused' in audits, 5), audits
-    finally:
-        stop_node(node)
+    arm = _arm(2300, dt=0.002)
+    with learner_and_arm(log, {'model': 'rigid_body', 'urdf': URDF},
+                         'flipped_arm') as (probe, publisher):
+        values = watch_diagnostics(probe, 'dynamics_learner')
+        for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau):
+            publisher.publish(joint_state_msg(10**9 + int(t * 1e9), JOINTS, q, qd, -tau))
+            time.sleep(0.001)
+        assert wait_for(lambda: 'data refused' in log.read_text(), 20), log.read_text()
+        assert wait_for(lambda: values.get('data_audit') == 'refused', 5), values
     text = log.read_text()
     assert 'not learning: data refused' in text and 'other sign convention' in text
 

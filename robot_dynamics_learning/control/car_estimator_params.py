@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Tuple
 
 from robot_dynamics_learning.data.messages import (CAR_COMMAND_TYPES, CarCommandSettings,
-                                                   POSE_TYPE_NAMES)
+                                                   check_stamp_source, POSE_TYPE_NAMES)
 from robot_dynamics_learning.params import build_from, check_ranges, setting, setting_of
 from robot_dynamics_learning.signals.mocap import emulated_mocap_config, MocapEstimatorConfig
 from robot_dynamics_learning.signals.yaw_filter import YawModelConfig
@@ -43,6 +43,10 @@ class CarStateEstimatorConfig(CarCommandSettings):
     time_reset_s: float = setting(0.5, 'a pose stamp this far backwards is a time reset '
                                   '(looping bag, restarted simulation): the estimate starts '
                                   'again instead of rejecting every later pose', 0.0, 1e9)
+    stamp_source: str = setting('auto', "pose times: 'auto' (header stamps; arrival times on "
+                                'the node clock when the first pose is stamped 0: a mocap '
+                                "bridge that never stamps), 'header' (a stamp of 0 is "
+                                "refused) or 'receipt' (arrival times always)")
     frame_id: str = setting('world', 'frame of the published pose')
     publish_rate_hz: float = setting(100.0, 'most estimates published per second (every pose '
                                      'is still filtered); 0 = one per accepted pose', 0.0,
@@ -65,6 +69,7 @@ class CarStateEstimatorConfig(CarCommandSettings):
         """Refuse values that cannot work, naming them."""
         super().__post_init__()
         check_ranges(self)
+        check_stamp_source(self.stamp_source)
         if self.pose_type not in POSE_TYPE_NAMES:
             raise ValueError(f'pose_type must be one of {list(POSE_TYPE_NAMES)}, got '
                              f'{self.pose_type!r}')

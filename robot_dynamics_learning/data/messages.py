@@ -238,7 +238,8 @@ class StampCheck:
 
 # Stamp rejections returned before the values are read (the message is unusable anyway).
 _EARLY = (Reason.ZERO_STAMP, Reason.NEGATIVE_STAMP)
-# Where a JointState's time comes from (`stamp_source` of the arm nodes and `rdl replay`).
+# Where a message's time comes from (`stamp_source` of the arm nodes, car_state_estimator
+# and `rdl replay`).
 STAMP_SOURCES = ('auto', 'header', 'receipt')
 
 
@@ -290,9 +291,10 @@ class _Parser:
     """Shared plumbing: exception safety, counting, and the stamp check."""
 
     def __init__(self, check_stamps: bool, allow_repeated_stamps: bool,
-                 bounds: StampBounds = StampBounds()) -> None:
+                 bounds: StampBounds = StampBounds(), stamp_source: str = 'header') -> None:
         self.counter = RejectionCounter()
         self.stamps = StampCheck(allow_repeated_stamps, bounds) if check_stamps else None
+        self.times = StampSource(stamp_source)
         self._arrival_ns: Optional[int] = None
 
     def parse(self, msg: object, arrival_ns: Optional[int] = None) -> Result:
@@ -316,6 +318,15 @@ class _Parser:
 
     def _check_stamp(self, stamp_ns: int) -> Optional[Result]:
         return None if self.stamps is None else self.stamps.check(stamp_ns)
+
+    def _timed(self, msg: object) -> Tuple[int, Optional[Result]]:
+        """Return the message's time (`StampSource`) and its stamp rejection, or None."""
+        stamp_ns = self.times.stamp_ns(stamp_to_ns(msg.header.stamp), self._arrival_ns)
+        bad = self._check_stamp(stamp_ns)
+        if bad is not None and bad.reason == Reason.ZERO_STAMP:
+            bad = _reject(Reason.ZERO_STAMP, f'{bad.detail}; or set stamp_source: receipt to '
+                          'use arrival times')
+        return stamp_ns, bad
 
     def _accept_stamp(self, stamp_ns: int) -> bool:
         """Advance to an accepted stamp; return True when it is a time reset."""
@@ -367,8 +378,7 @@ class JointStateParser(_Parser):
                  effort: FieldNeed = FieldNeed.OPTIONAL,
                  check_stamps: bool = True, allow_repeated_stamps: bool = False,
                  bounds: StampBounds = StampBounds(), stamp_source: str = 'header') -> None:
-        super().__init__(check_stamps, allow_repeated_stamps, bounds)
-        self.times = StampSource(stamp_source)
+        super().__init__(check_stamps, allow_repeated_stamps, bounds, stamp_source)
         if joint_names is not None:
             joint_names = [str(name) for name in joint_names]
             if len(set(joint_names)) != len(joint_names) or not joint_names:
@@ -410,11 +420,7 @@ class JointStateParser(_Parser):
         index = self._indices(names)
         if isinstance(index, Result):
             return index
-        stamp_ns = self.times.stamp_ns(stamp_to_ns(msg.header.stamp), self._arrival_ns)
-        bad_stamp = self._check_stamp(stamp_ns)
-        if bad_stamp is not None and bad_stamp.reason == Reason.ZERO_STAMP:
-            return _reject(Reason.ZERO_STAMP, f'{bad_stamp.detail}; or set stamp_source: '
-                           'receipt to use arrival times')
+        stamp_ns, bad_stamp = self._timed(msg)
         if bad_stamp is not None and bad_stamp.reason in _EARLY:
             return bad_stamp
         values = {}
@@ -603,18 +609,18 @@ class PoseParser(_Parser):
 
     The quaternion's norm must be within quaternion_tolerance of 1 (a zero or garbage
     orientation is rejected, not normalised into a wrong yaw); it is kept as sent, so poses
-    round-trip through bags bit-exactly.
+    round-trip through bags bit-exactly. stamp_source: header stamps or arrival times
+    (`StampSource`).
     """
 
     def __init__(self, check_stamps: bool = True, allow_repeated_stamps: bool = False,
-                 quaternion_tolerance: float = 1e-2, bounds: StampBounds = StampBounds()
-                 ) -> None:
-        super().__init__(check_stamps, allow_repeated_stamps, bounds)
+                 quaternion_tolerance: float = 1e-2, bounds: StampBounds = StampBounds(),
+                 stamp_source: str = 'header') -> None:
+        super().__init__(check_stamps, allow_repeated_stamps, bounds, stamp_source)
         self.quaternion_tolerance = float(quaternion_tolerance)
 
     def _parse(self, msg: object) -> Result:
-        stamp_ns = stamp_to_ns(msg.header.stamp)
-        bad_stamp = self._check_stamp(stamp_ns)
+        stamp_ns, bad_stamp = self._timed(msg)
         if bad_stamp is not None and bad_stamp.reason in _EARLY:
             return bad_stamp
         p, o = _position_and_orientation(msg)

@@ -36,7 +36,8 @@ from robot_dynamics_learning.data.car_heading import (MAX_TILT_DEG, tilt_deg, ti
                                                       TravelMonitor)
 from robot_dynamics_learning.data.messages import POSE_TYPE_NAMES
 from robot_dynamics_learning.nodes.car_diagnostics import publish_counters
-from robot_dynamics_learning.nodes.conversions import (message_class, parse_or_warn,
+from robot_dynamics_learning.nodes.conversions import (announce_arrival_times, arrival_ns,
+                                                       message_class, parse_or_warn,
                                                        planar_pose_msg, PoseParser,
                                                        subscribe_commands, time_msg)
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
@@ -65,7 +66,7 @@ class CarStateEstimatorNode(Node):
         # or a run of backwards stamps (`StampBounds.relock_after`), restarts the estimate.
         bounds = declare_stamp_bounds(self, max_future_s=0.5, reset_after_s=config.time_reset_s)
         self.time_resets = 0
-        self.parser = PoseParser(bounds=bounds)
+        self.parser = PoseParser(bounds=bounds, stamp_source=config.stamp_source)
         self.max_future_ns = bounds.max_future_ns
         self.frame_id = config.frame_id
         rate = float(config.publish_rate_hz)
@@ -117,7 +118,8 @@ class CarStateEstimatorNode(Node):
                                    throttle_duration_sec=2.0)
 
     def _on_pose(self, msg: object) -> None:
-        sample = parse_or_warn(self, self.parser, msg, 'pose')
+        sample = parse_or_warn(self, self.parser, msg, 'pose', arrival_ns(self, self.parser))
+        announce_arrival_times(self, self.parser, 'mocap_pose')
         if sample is None:
             return
         if tilt_deg(sample.quaternion) > MAX_TILT_DEG:   # no yaw: the MPC must not steer on it
