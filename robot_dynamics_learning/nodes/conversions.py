@@ -35,7 +35,7 @@ COMMAND_MESSAGES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
 
 
 def arrival_ns(node: Node, parser) -> Optional[int]:
-    """Return the node clock's time for a JointState parser that may use it, else None."""
+    """Return the node clock's time for a parser that may stamp with it (`StampSource`)."""
     return node.get_clock().now().nanoseconds if parser.times.wants_arrival else None
 
 
