@@ -18,9 +18,6 @@ from robot_dynamics_learning.signals.causal import CausalDifferentiator
 # measured: a message without velocity is refused; positions: always derived (a driver
 # whose velocity is wrong, e.g. zeros, or in other units).
 VELOCITY_SOURCES = ('auto', 'measured', 'positions')
-# How reports name a stream's `velocity_source` (`learning.replay.JointStream`).
-VELOCITY_WORDS = {'measured': 'measured', 'positions': 'differentiated from the positions',
-                  'measured and positions': 'measured, else differentiated from the positions'}
 VELOCITY_WINDOW = 15   # 15 ms at 1 kHz, 0.14 s at 100 Hz (docs/continual.md "Velocity")
 
 

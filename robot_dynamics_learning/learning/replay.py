@@ -45,6 +45,17 @@ BASELINES = ('previous_torque', 'linear_regression', 'rigid_body')
 COMMAND_TOPIC = '/effort_controller/commands'   # the node's default command_topic
 
 
+# How reports name a stream's `velocity_source`.
+VELOCITY_WORDS = {'measured': 'measured', 'positions': 'differentiated from the positions',
+                  'measured and positions': 'measured, else differentiated from the positions'}
+
+
+def input_words(velocity_source: str, times: str) -> List[str]:
+    """Return how a stream's velocities and times were got, as phrases for reports."""
+    return [f'velocity {VELOCITY_WORDS[velocity_source]}'] + (
+        ['times: the log times (header stamps are 0)'] if times == 'arrival' else [])
+
+
 @dataclass
 class JointStream:
     """

@@ -60,7 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """Read the bag, replay the models, write the report and print the verdict."""
-    from robot_dynamics_learning.data.joint_velocity import VELOCITY_WORDS
     from robot_dynamics_learning.learning import replay, report
 
     params = replay.load_learner_params(args.params)
@@ -78,10 +77,8 @@ def run_replay(args: argparse.Namespace) -> int:
         stream = _in_urdf_order(stream, robot)
     print(f'{stream.topic}: {len(stream)} samples, {stream.duration_s:.1f} s at '
           f'{stream.rate_hz:.1f} Hz, joints {stream.joint_names}, torque from '
-          f'{stream.torque_source}, velocity {VELOCITY_WORDS[stream.velocity_source]}'
-          + (', times: the log times (header stamps are 0)' if stream.times == 'arrival'
-             else ''),
-          flush=True)
+          f'{stream.torque_source}, '
+          + ', '.join(replay.input_words(stream.velocity_source, stream.times)), flush=True)
     models = [m.strip() for m in args.models.split(',') if m.strip()]
     refused, warnings = _audit(stream, None)   # what every model's node would refuse
     if refused:

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy as np
-from robot_dynamics_learning.data.joint_velocity import VELOCITY_WORDS
 from robot_dynamics_learning.learning.metrics import coverage_warnings, range_coverage
-from robot_dynamics_learning.learning.replay import ModelRun, ReplayResult
+from robot_dynamics_learning.learning.replay import input_words, ModelRun, ReplayResult
 
 IDEAL_WITHIN = (0.6827, 0.9545)   # Gaussian shares within 1 and 2 std
 
@@ -328,10 +327,9 @@ def _markdown(metrics: Dict[str, Any], files: Dict[str, str]) -> str:
         '# Replay evaluation', '',
         f"Bag `{metrics['bag']}`, topic `{metrics['topic']}`: {metrics['samples']} samples, "
         f"{metrics['duration_s']:.1f} s at {metrics['rate_hz']:.1f} Hz, joints "
-        f"{', '.join(names)}; torque from {metrics['torque_source']}; velocity "
-        f"{VELOCITY_WORDS[metrics['velocity_source']]}; "
-        + ('times: the log times (header stamps are 0); ' if metrics['times'] == 'arrival'
-           else '') + f"seed {metrics['seed']}.",
+        f"{', '.join(names)}; torque from {metrics['torque_source']}; "
+        + '; '.join(input_words(metrics['velocity_source'], metrics['times']))
+        + f"; seed {metrics['seed']}.",
         '', '## Verdict', '', _verdict_text(metrics), '',
         *(['Held-out inputs outside the training ranges (learned models extrapolate):', '']
           + [f'- {line}' for line in metrics['coverage_warnings']] + ['']
