@@ -7,20 +7,29 @@ from replay_scores import assert_same_scores
 from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.learning import replay, report
 from ros_util import ROOT, start_node, stop_node
+from test_stamp_source import write_unstamped
 
 pytestmark = pytest.mark.ros
 
 ROWS = 1500
 
 
-@pytest.fixture(scope='module')
-def kinova_bag(tmp_path_factory):
-    """1.5 s (1 kHz) of Kinova RunTrajectory1.csv."""
+@pytest.fixture(scope='module', params=['stamped', 'unstamped'])
+def kinova_bag(request, tmp_path_factory):
+    """
+    1.5 s (1 kHz) of Kinova RunTrajectory1.csv, header-stamped or as a driver that never stamps.
+
+    Unstamped, `rdl replay` times the samples by the bag's log times and bag_player stamps them
+    with the same, so the evaluator can match the predictions to the samples.
+    """
     trajectory = bag_io.load_dataset('kinova', 'RunTrajectory1.csv')[0]
     trajectory = trajectory.segment(0, min(ROWS, len(trajectory)))
     bag = tmp_path_factory.mktemp('evaluator') / 'kinova'
-    bag_io.write_joint_trajectories(bag, [trajectory], 'mcap')
-    return bag
+    if request.param == 'stamped':
+        bag_io.write_joint_trajectories(bag, [trajectory], 'mcap')
+        return bag
+    log_ns = 10**18 + np.round(trajectory.time * 1e9).astype(np.int64)
+    return write_unstamped(bag, trajectory, log_ns, 'mcap')
 
 
 def test_evaluator_writes_the_replay_report_when_the_bag_ends(kinova_bag, tmp_path):
@@ -60,3 +69,5 @@ def test_evaluator_writes_the_replay_report_when_the_bag_ends(kinova_bag, tmp_pa
                                offline['models']['previous_torque']['prequential']['nmse'],
                                rtol=1e-9)
     assert_same_scores(live, offline['models']['lstm'])
+    if stream.times == 'arrival':   # an unstamped bag: the player filled in the log times
+        assert 'stamped with log times' in logs['player'].read_text()

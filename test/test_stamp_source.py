@@ -1,18 +1,33 @@
 """Drivers and mocap bridges that leave header stamps at 0: arrival times stand in."""
+from pathlib import Path
 import time
 
 import numpy as np
 import pytest
 from robot_dynamics_learning.data import bag_io
+from robot_dynamics_learning.data.header_stamp import stamp_zero_header
 from robot_dynamics_learning.data.messages import JointStateParser, Reason, StampSource
+from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.learning import replay
 from robot_dynamics_learning.nodes.conversions import joint_state_msg, planar_pose_msg
 from ros_util import (estimator_running, learner_and_arm, wait_for, watch_diagnostics,
                       watch_predictions)
+from rosbags.typesys import get_typestore, Stores
 from sensor_msgs.msg import JointState
 from test_velocity_check import _arm
 
 NAMES = ['joint1', 'joint2']
+
+
+def write_unstamped(bag: Path, trajectory: Trajectory, log_ns: np.ndarray,
+                    storage: str = 'sqlite3') -> Path:
+    """Write `trajectory` as a driver that never stamps records it: stamps 0, log times given."""
+    with bag_io.BagWriter(bag, storage) as writer:
+        for i, t_ns in enumerate(log_ns.tolist()):
+            writer.write('/joint_states', bag_io.JOINT_STATE, t_ns, writer.joint_state(
+                0, trajectory.joint_names, trajectory.q[i], trajectory.qd[i],
+                trajectory.tau[i]))
+    return bag
 
 
 def _msg(stamp_ns: int) -> JointState:
@@ -40,17 +55,33 @@ def test_replay_of_an_unstamped_bag_runs_on_its_log_times(tmp_path):
     trajectory = bag_io.load_dataset('kinova', 'RunTrajectory1.csv')[0]
     log_ns = 10**18 + np.round(trajectory.time * 1e9).astype(np.int64)
     log_ns += np.random.default_rng(0).integers(0, 200_000, log_ns.size)   # arrival jitter
-    bag = tmp_path / 'unstamped'
-    with bag_io.BagWriter(bag, 'sqlite3') as writer:
-        for i, t_ns in enumerate(log_ns.tolist()):
-            writer.write('/joint_states', bag_io.JOINT_STATE, t_ns, writer.joint_state(
-                0, trajectory.joint_names, trajectory.q[i], trajectory.qd[i],
-                trajectory.tau[i]))
+    bag = write_unstamped(tmp_path / 'unstamped', trajectory, log_ns)
     stream = replay.read_joint_stream(bag)
     assert stream.times == 'arrival' and len(stream) == len(trajectory)
     np.testing.assert_allclose(stream.stamp_s, (log_ns - log_ns[0]) * 1e-9)
     with pytest.raises(ValueError, match='zero_stamp.*stamp_source: receipt'):
         replay.read_joint_stream(bag, stamp_source='header')
+
+
+@pytest.mark.parametrize('little_endian', [True, False])
+def test_a_zero_header_stamp_is_filled_in_the_serialised_bytes(little_endian):
+    """What bag_player publishes for an unstamped message: the log time, nothing else moved."""
+    store = get_typestore(Stores.ROS2_JAZZY)
+    types = store.types
+    stamp = types['builtin_interfaces/msg/Time'](sec=0, nanosec=0)
+    message = types[bag_io.JOINT_STATE](
+        header=types['std_msgs/msg/Header'](stamp=stamp, frame_id='base'), name=NAMES,
+        position=np.array([0.1, 0.2]), velocity=np.zeros(0), effort=np.array([1.0, -2.0]))
+    raw = store.serialize_cdr(message, bag_io.JOINT_STATE, little_endian=little_endian)
+    log_ns = 1_700_000_123 * 10**9 + 456_789_012
+    filled = store.deserialize_cdr(stamp_zero_header(raw, log_ns), bag_io.JOINT_STATE)
+    assert (filled.header.stamp.sec, filled.header.stamp.nanosec) == (1_700_000_123, 456_789_012)
+    assert filled.header.frame_id == 'base' and filled.name == NAMES
+    np.testing.assert_array_equal(filled.effort, message.effort)
+    stamped = stamp_zero_header(raw, 5)   # now stamped: left as it is
+    assert stamp_zero_header(stamped, log_ns) is None
+    assert stamp_zero_header(b'\x00\x01\x00\x00', log_ns) is None   # too short for a stamp
+    assert stamp_zero_header(b'\x00\x03' + bytes(raw[2:]), log_ns) is None   # unknown encoding
 
 
 @pytest.mark.ros

@@ -28,6 +28,9 @@ class BagPlayerConfig:
     queue_depth: int = setting(1000, 'history depth hint of the reliable keep-all publishers',
                                1, 100000)
     progress_period: float = setting(2.0, 'seconds between progress log lines', 0.01, 3600.0)
+    stamp_unstamped: bool = setting(True, 'publish a message whose header stamp is 0 stamped '
+                                    'with its bag log time, as `rdl replay` times it offline '
+                                    '(false: the bytes as recorded)')
     typestore: str = setting('jazzy', f'types for bags without definitions: {sorted(TYPESTORES)}')
 
     def __post_init__(self) -> None:

@@ -2,7 +2,10 @@
 bag_player: play a rosbag2 onto ROS topics without a ROS install (rosbags + rclpy).
 
 Messages are published as the bag's raw CDR bytes (no deserialisation), at the bag's receive
-timing scaled by `rate`, optionally looping and publishing /clock. Reading runs in its own
+timing scaled by `rate`, optionally looping and publishing /clock. A message whose header
+stamp is 0 (a driver that never stamps) goes out stamped with its bag log time
+(`stamp_unstamped`), the time `rdl replay` gives it offline, so the learners and
+replay_evaluator agree on each sample's time. Reading runs in its own
 thread, so the executor stays free. Publishers are reliable with keep-all history: a
 subscriber that falls behind at a high `rate` slows the player down instead of losing
 messages (keep-last dropped the oldest unacknowledged ones). When a non-looping bag is done,
@@ -18,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import rclpy
@@ -29,6 +32,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from robot_dynamics_learning.data.bag_io import open_bag, TopicArrays
 from robot_dynamics_learning.data.bag_player_params import BagPlayerConfig
+from robot_dynamics_learning.data.header_stamp import stamp_zero_header
 from robot_dynamics_learning.data.messages import JOINT_STATE, JointStateParser
 from robot_dynamics_learning.nodes.conversions import clock_msg, message_class
 from robot_dynamics_learning.nodes.parameters import declare_config
@@ -70,6 +74,8 @@ class BagPlayer(Node):
         if missing:
             raise ValueError(f'topics {missing} are not in {self.bag}: {sorted(available)}')
         self.skipped_topics: Dict[str, str] = {}
+        self._headed: Set[str] = set()   # topics whose zero header stamps get the log time
+        self.stamped_from_log: Dict[str, int] = {}
         for topic in wanted or sorted(available):
             try:
                 msg_class = message_class(available[topic])
@@ -80,6 +86,8 @@ class BagPlayer(Node):
                 self.get_logger().warning(f'skipping {topic}: {error}')
                 continue
             self._topic_publishers[topic] = self.create_publisher(msg_class, topic, qos)
+            if config.stamp_unstamped and _leads_with_header(msg_class):
+                self._headed.add(topic)
         if not self._topic_publishers:
             raise ValueError(f'no playable topic in {self.bag}: {self.skipped_topics}')
         self._end_pub = self.create_publisher(Empty, '~/end_of_bag', QoSProfile(
@@ -132,6 +140,8 @@ class BagPlayer(Node):
                         last_clock is None or stamp_ns - last_clock >= self.clock_period_ns):
                     self._clock_pub.publish(clock_msg(stamp_ns))
                     last_clock = stamp_ns
+                if connection.topic in self._headed:
+                    raw = self._stamped(connection.topic, raw, stamp_ns)
                 self._topic_publishers[connection.topic].publish(bytes(raw))
                 self.published += 1
                 bag_last = stamp_ns
@@ -146,6 +156,18 @@ class BagPlayer(Node):
                 f'pass done: {(bag_last - bag_start) * 1e-9:.3f} s of bag time in '
                 f'{time.monotonic() - wall_start:.3f} s wall time')
         return True
+
+    def _stamped(self, topic: str, raw, log_ns: int):
+        """Return `raw` with its log time as header stamp if that stamp is 0; count it."""
+        stamped = stamp_zero_header(raw, log_ns)
+        if stamped is None:
+            return raw
+        if topic not in self.stamped_from_log:
+            self.stamped_from_log[topic] = 0
+            self.get_logger().info(f'{topic}: header stamps are 0; publishing them stamped '
+                                   'with the bag log times (stamp_unstamped)')
+        self.stamped_from_log[topic] += 1
+        return stamped
 
     def _readable(self, messages):
         """Yield messages until the storage stops being readable (a truncated bag)."""
@@ -173,7 +195,9 @@ class BagPlayer(Node):
             self.get_logger().info(
                 f'end of bag: published {self.published} messages'
                 + (f'; skipped topics {sorted(self.skipped_topics)}' if self.skipped_topics
-                   else '') + (f'; read errors {self.read_errors}' if self.read_errors else ''))
+                   else '') + (f'; read errors {self.read_errors}' if self.read_errors else '')
+                + (f'; stamped with log times {self.stamped_from_log}' if self.stamped_from_log
+                   else ''))
             if self.exit_at_end:
                 # Reliable delivery needs the writers alive until readers acknowledge.
                 for topic, publisher in [*self._topic_publishers.items(),
@@ -191,6 +215,12 @@ class BagPlayer(Node):
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
         super().destroy_node()
+
+
+def _leads_with_header(msg_class) -> bool:
+    """Whether a message type's first field is a std_msgs/Header (stamp at a fixed offset)."""
+    fields = iter(msg_class.get_fields_and_field_types().items())
+    return next(fields, None) == ('header', 'std_msgs/Header')
 
 
 class JointStateCollector:
