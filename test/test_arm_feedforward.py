@@ -109,6 +109,25 @@ def test_outputs_are_clipped_and_never_non_finite():
     assert broken.counts['commands'] == 0
 
 
+def test_a_state_the_arm_cannot_be_in_is_refused_and_the_watchdog_brakes():
+    """One state at 1e300 rad at a (re)start made the approach reference 1e300: full effort."""
+    arm = MujocoArm()
+    controller = make_controller(no_feedforward, arm)
+    lower, upper = arm.model.jnt_range.T
+    q = arm.model.jnt_range.mean(axis=1)
+    garbage = [(np.full(7, 1e300), np.zeros(7)),   # finite, so the parser let it through
+               (np.degrees(upper), np.zeros(7)),   # a driver in degrees
+               (q, np.full(7, 3.4e38))]            # float32's largest: a driver's "unknown"
+    for k, (bad_q, bad_qd) in enumerate(garbage, start=1):
+        assert controller.on_state(k * MS, k * MS, bad_q, bad_qd) is None
+    assert controller.counts['rejected_implausible'] == 3 and controller.counts['commands'] == 0
+    np.testing.assert_array_equal(controller.watchdog(10 * MS), np.zeros(7))
+    edge = upper + 0.1   # overshoot: still the arm
+    torque = controller.on_state(11 * MS, 11 * MS, edge, np.zeros(7))
+    assert torque is not None and np.all(np.isfinite(torque))
+    assert controller.counts['rejected_implausible'] == 3
+
+
 def test_learned_feedforward_falls_back_then_hot_reloads_newer_checkpoints(tmp_path):
     names = [f'panda_joint{i}' for i in range(1, 8)]
     rigid_body = RigidBodyFeedforward(URDF)

@@ -219,6 +219,9 @@ def test_pose(make):
     assert parser.parse(make.pose(8, [1, float('nan'), 3], q)).reason == Reason.NON_FINITE
     assert parser.parse(make.pose(6, [1, 2, 3], q)).reason == Reason.STAMP_BACKWARDS
     assert parser.parse(make.pose(0, [1, 2, 3], q)).reason == Reason.ZERO_STAMP
+    far = parser.parse(make.pose(9, [1e300, 2, 3], q))   # finite garbage, not a place
+    assert far.reason == Reason.OUT_OF_RANGE and '1e+08 m' in far.detail
+    assert parser.parse(make.pose(10, [4.5e5, 5.4e6, 300.0], q)).ok   # UTM: a place
 
 
 def test_commands_twist_stamped_and_joy(make):
@@ -234,6 +237,9 @@ def test_commands_twist_stamped_and_joy(make):
     assert (joy.value.throttle, joy.value.steering) == (0.5, -0.5)
     assert parser.parse(make.joy(12, [0.25, 0.0])).reason == Reason.MISSING_AXIS
     assert parser.parse(make.twist(float('nan'), 0.0)).reason == Reason.NON_FINITE
+    huge = parser.parse(make.twist(0.2, 1e100))   # overflowed the yaw filter's cubic term
+    assert huge.reason == Reason.OUT_OF_RANGE and 'steering_scale' in huge.detail
+    assert parser.parse(make.twist(0.2, -2.5)).value.steering == 5.0   # a scale, not garbage
     assert parser.parse(make.joy(5, [0.0] * 5)).reason == Reason.STAMP_BACKWARDS
 
 

@@ -186,6 +186,10 @@ def test_f05_predictor_stays_up_on_bad_newer_checkpoints(tmp_path):
                     (probe.diagnostics, log.read_text())
             time.sleep(1.0)   # five more polls: each bad file is refused once, not per poll
             assert [probe.diag(f'checkpoints_skipped_{r}') for r in edits] == [3, 2, 1]
+            loop = tmp_path / 'model_000099.pt'   # os.stat raised ELOOP in the poll timer
+            loop.symlink_to(loop.name)
+            assert wait_for(lambda: probe.diag('checkpoints_skipped_unreadable') >= 1, 20), \
+                (probe.diagnostics, log.read_text())
             stamp = 100 * 10 ** 9
             for k in range(20):
                 stamp += 2_000_000

@@ -1,15 +1,19 @@
 """dynamics_learner holds its first samples to the offline data checks, over real DDS."""
+import json
 import time
 
 import numpy as np
 import pytest
 from robot_dynamics_learning import cli
 from robot_dynamics_learning.data import bag_io
-from robot_dynamics_learning.dynamics import load_urdf
+from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.dynamics import load_urdf, rnea
+from robot_dynamics_learning.learning import replay_cli
 from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
 from ros_util import learner_and_arm, wait_for, watch_diagnostics
 from test_velocity_check import _arm, _csv, CONFIGS, URDF
+import torch
 
 JOINTS = ['joint1', 'joint2']
 
@@ -56,6 +60,48 @@ def test_swapped_velocities_are_refused_for_a_urdf_model_and_a_reset_starts_over
     assert audit.state == 'pending' and len(audit._rows) == 1
 
 
+def _still_then_moving(still: int, moving: int, dt: float = 0.005) -> Trajectory:
+    """Return the 2-link arm standing still for `still` samples (gravity torque), then moving."""
+    arm = _arm(moving, dt)
+    q0 = arm.q[:1]
+    gravity = rnea(load_urdf(URDF), *(torch.as_tensor(a) for a in (q0, 0 * q0, 0 * q0)))
+    return Trajectory(time=np.arange(still + moving) * dt, joint_names=JOINTS,
+                      q=np.concatenate([np.repeat(q0, still, 0), arm.q]),
+                      qd=np.concatenate([np.zeros((still, 2)), arm.qd]),
+                      tau=np.concatenate([np.repeat(gravity.numpy(), still, 0), arm.tau]))
+
+
+def test_velocities_are_judged_once_the_joints_move_not_on_a_standstill(
+        tmp_path, capsys, monkeypatch):
+    """A robot that stands still for the first window: its swapped qd is caught when it moves."""
+    arm = _still_then_moving(1000, 1200)
+    arm.qd = arm.qd[:, ::-1].copy()
+    audit = StreamAudit(load_urdf(URDF), JOINTS, size=1000)
+    judged = [audit.add(t, q, qd, tau) for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau)]
+    assert judged.index(True) == 999 and judged[999 + 1000] and sum(judged) == 2
+    assert audit.state == 'refused' and 'qd' in audit.problem and not audit.watching
+    learned = StreamAudit(None, JOINTS, size=1000)
+    for t, q, qd, tau in zip(arm.time[:1000], arm.q, arm.qd, arm.tau):
+        learned.add(t, q, qd, tau)
+    assert learned.state == 'passed' and learned.unmoved == JOINTS and learned.watching
+    assert learned.new_warnings() == []
+    for t, q, qd, tau in zip(arm.time[1000:], arm.q[1000:], arm.qd[1000:], arm.tau[1000:]):
+        learned.add(t, q, qd, tau)
+    assert learned.state == 'passed' and not learned.unmoved and not learned.watching
+    assert learned.last_judged == JOINTS
+    news = learned.new_warnings()
+    assert len(news) == 3 and 'velocity_source: positions' in news[-1]
+    assert learned.new_warnings() == []   # each said once
+    # `rdl replay` judges a bag the same way: its URDF models are skipped, the others run.
+    monkeypatch.setattr(replay_cli, 'REPLAY_AUDIT_SAMPLES', 1000)
+    bag_io.write_joint_trajectories(tmp_path / 'bag', [arm], 'sqlite3')
+    assert cli.main(['replay', str(tmp_path / 'bag'), '--models', 'ffnn,rigid_body',
+                     '--urdf', URDF, '--out', str(tmp_path / 'report')]) == 0
+    out = capsys.readouterr().out
+    assert 'skipped rigid_body: joint_states: recorded joint velocities do not match' in out
+    assert 'ffnn' in json.loads((tmp_path / 'report' / 'metrics.json').read_text())['models']
+
+
 @pytest.mark.ros
 def test_dynamics_learner_stops_on_flipped_torques_and_says_why(tmp_path):
     log = tmp_path / 'learner.log'
@@ -70,6 +116,24 @@ def test_dynamics_learner_stops_on_flipped_torques_and_says_why(tmp_path):
         assert wait_for(lambda: values.get('data_audit') == 'refused', 5), values
     text = log.read_text()
     assert 'not learning: data refused' in text and 'other sign convention' in text
+
+
+@pytest.mark.ros
+def test_dynamics_learner_judges_velocities_once_the_robot_moves(tmp_path):
+    log = tmp_path / 'learner.log'
+    arm = _still_then_moving(2300, 2600, dt=0.002)   # to spare for dropped messages
+    arm.qd = arm.qd[:, ::-1].copy()
+    with learner_and_arm(log, {'model': 'rigid_body', 'urdf': URDF},
+                         'still_arm') as (probe, publisher):
+        values = watch_diagnostics(probe, 'dynamics_learner')
+        for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau):
+            publisher.publish(joint_state_msg(10**9 + int(t * 1e9), JOINTS, q, qd, tau))
+            time.sleep(0.001)
+        assert wait_for(lambda: 'data refused' in log.read_text(), 20), log.read_text()
+        assert wait_for(lambda: values.get('data_audit') == 'refused', 5), values
+    text = log.read_text()
+    assert "the velocities of ['joint1', 'joint2'] are judged once they move" in text
+    assert 'do not match the positions' in text
 
 
 def test_effort_that_is_zero_everywhere_is_refused_unless_it_is_a_command(tmp_path, capsys):

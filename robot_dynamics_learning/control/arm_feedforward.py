@@ -28,6 +28,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 from robot_dynamics_learning.core_types import SequenceBatch
+from robot_dynamics_learning.data.loading import JOINT_VALUE_LIMIT
 from robot_dynamics_learning.dynamics import load_urdf
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.learning.continual import (InverseDynamicsStream, Published,
@@ -45,6 +46,9 @@ FEEDFORWARD_MODES = ('none', 'urdf', 'learned')
 GATE_SAMPLES = 1500
 GATE_WINDOW = 200
 GATE_WARMUP = 20
+# How far past its URDF limit a measured position may be (rad or m): overshoot and encoder
+# calibration; farther is garbage, a units slip (degrees) or another joint.
+POSITION_MARGIN = 0.2
 
 
 def _floats(*values: float) -> Tuple[float, ...]:
@@ -289,6 +293,10 @@ class ArmController:
         self.config = config
         self.feedforward = feedforward
         self.reference = JointReference(lower, upper, config.reference)
+        # Where a measured position can be: its URDF limits, widened for overshoot and
+        # calibration (continuous joints: unbounded).
+        self._reachable = (np.asarray(lower, dtype=np.float64) - POSITION_MARGIN,
+                           np.asarray(upper, dtype=np.float64) + POSITION_MARGIN)
         self.effort_limit = np.asarray(effort_limit, dtype=np.float64)
         n = self.effort_limit.size
         if len(config.kp) != n:
@@ -302,7 +310,8 @@ class ArmController:
         self.last_error = np.zeros(n)
         self.counts: Dict[str, int] = dict.fromkeys(
             ('commands', 'clipped', 'non_finite_output', 'brake_stale', 'restarts',
-             'rejected_future_stamp', 'rejected_stale', 'skipped_after_brake'), 0)
+             'rejected_future_stamp', 'rejected_stale', 'skipped_after_brake',
+             'rejected_implausible'), 0)
 
     def reference_at(self, t: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return q_ref, qd_ref, qdd_ref (n,) at t s after the (re)start, approach included."""
@@ -331,6 +340,9 @@ class ArmController:
         if stamp_ns <= self._brake_stamp:
             self.counts['skipped_after_brake'] += 1
             return None
+        if not self._plausible(q, qd):   # garbage is no state: stale, the watchdog brakes
+            self.counts['rejected_implausible'] += 1
+            return None
         self._last_stamp = stamp_ns
         if self.braking:   # (re)start: approach the trajectory from where the arm is
             if self._start_ns is not None:
@@ -351,6 +363,17 @@ class ArmController:
             self.counts['clipped'] += 1
         self.counts['commands'] += 1
         return clipped
+
+    def _plausible(self, q: np.ndarray, qd: np.ndarray) -> bool:
+        """
+        Whether a state can be the arm's: q within its reachable range, |qd| within the limit.
+
+        Why: a (re)start approaches the trajectory from the first state; one at 1e300 rad
+        made the approach reference 1e300 and every command full effort for approach_s.
+        """
+        low, high = self._reachable
+        return bool(np.all(q >= low) and np.all(q <= high)
+                    and np.all(np.abs(qd) <= JOINT_VALUE_LIMIT))
 
     def watchdog(self, now_ns: int) -> Optional[np.ndarray]:
         """Return zero torque (and count the first tick) while the newest state is stale."""

@@ -36,6 +36,10 @@ IRREGULAR_PERIODS = 1.5
 MIN_WINDOW_PERIODS = 2
 # Model tensors are float32: a larger value would turn into inf there, so it is skipped too.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# A live joint value (rad, m, their derivatives, N m) beyond this is garbage, not motion: a
+# driver's sentinel or a units slip. Nodes skip such samples: float32 squares overflow from
+# 1.8e19, and a model fed 3e38 (float32's largest, a common "unknown") published inf.
+JOINT_VALUE_LIMIT = 1e9
 MIN_ROWS = 2
 # The columns of `rdl bag export` (data/cli.py) for a JointState topic (time: 'stamp_ns').
 EXPORT_COLUMNS = {'q': ['position', 'position_*'],

@@ -55,6 +55,7 @@ class Reason(str, enum.Enum):
     BAD_QUATERNION = 'bad_quaternion'    # orientation norm far from 1
     MISSING_AXIS = 'missing_axis'        # Joy has fewer axes than the mapping needs
     WRONG_SIZE = 'wrong_size'            # Float64MultiArray of unexpected length
+    OUT_OF_RANGE = 'out_of_range'        # finite, but far beyond any real robot's values
 
 
 @dataclass(frozen=True)
@@ -603,6 +604,11 @@ class PoseSample:
     time_reset: bool = False
 
 
+# A pose farther from its frame's origin is garbage, not a place (UTM northings reach 1e7 m):
+# a mocap pose at 1e300 m gave velocities of 1e286 m/s.
+POSITION_LIMIT = 1e8
+
+
 class PoseParser(_Parser):
     """
     A stamped pose (`POSE_TYPES`) -> `PoseSample` (frame as in the message).
@@ -628,6 +634,9 @@ class PoseParser(_Parser):
         quaternion = np.array([o.x, o.y, o.z, o.w], dtype=np.float64)
         if not (np.isfinite(position).all() and np.isfinite(quaternion).all()):
             return _reject(Reason.NON_FINITE, 'pose has non-finite values')
+        if np.abs(position).max() > POSITION_LIMIT:
+            return _reject(Reason.OUT_OF_RANGE, f'position {position.tolist()} m is beyond '
+                           f'{POSITION_LIMIT:g} m of the origin')
         norm = float(np.sqrt(quaternion @ quaternion))
         if abs(norm - 1.0) > self.quaternion_tolerance:
             return _reject(Reason.BAD_QUATERNION, f'quaternion norm {norm:.6g}')
@@ -647,6 +656,9 @@ def _position_and_orientation(msg: object) -> Tuple[object, object]:
 
 
 MIN_SCALE = 1e-3   # command scales in [1e-3, 1e3]: 1e-300 would send 0.5 throttle as 5e299
+# A car command is normalised to [-1, 1]; one 10 times beyond is a wrong scale or garbage (a
+# steering of 1e100 overflowed the yaw filter's cubic term).
+COMMAND_LIMIT = 10.0
 
 
 @dataclass(frozen=True)
@@ -743,6 +755,10 @@ class CarCommandParser(_Parser):
         steering = float(m.steering_scale * raw_steering)
         if not (math.isfinite(throttle) and math.isfinite(steering)):
             return _reject(Reason.NON_FINITE, 'command has non-finite values')
+        if max(abs(throttle), abs(steering)) > COMMAND_LIMIT:
+            return _reject(Reason.OUT_OF_RANGE, f'command (throttle {throttle:g}, steering '
+                           f'{steering:g}) is over {COMMAND_LIMIT:g} times the normalised range '
+                           '[-1, 1]: check throttle_scale and steering_scale')
         if stamp_ns is not None:
             if bad_stamp is not None:
                 return bad_stamp

@@ -131,7 +131,13 @@ def check_velocities(trajectories: Sequence[Trajectory], window_s: float, source
     (a URDF model would compute wrong torques from it); learned models absorb a scale, so
     for them it is a warning as the rest. remedy: the advice that ends the refusal.
     """
-    joints = velocity_report(trajectories, window_s)
+    return judge_velocities(velocity_report(trajectories, window_s), source, refuse_certain,
+                            remedy)
+
+
+def judge_velocities(joints: Sequence[JointVelocity], source: str, refuse_certain: bool,
+                     remedy: str = FILE_REMEDY) -> List[str]:
+    """`check_velocities` on joints already measured by `velocity_report` (or some of them)."""
     problems = [j.problem() for j in joints if j.problem()]
     if refuse_certain and any(j.certain for j in joints):
         raise ValueError(f'{source}: recorded joint velocities do not match the positions: '

@@ -531,6 +531,7 @@ class ContinualLearner:
                                             config.buffer.window)
         self.trainer.history = self.predictor.history
         self.prequential = PrequentialError(n_target, config.trainer.prequential_window)
+        self.unscored = 0   # predictions with a NaN or inf: neither scored nor published
         self._n_act = n_act
 
     def _variance_scale(self) -> np.ndarray:
@@ -605,6 +606,9 @@ class ContinualLearner:
     def _score(self, mean: np.ndarray, variance: Optional[np.ndarray],
                target: np.ndarray) -> None:
         """Score a prediction made before training on its sample (error and variance)."""
+        if not np.all(np.isfinite(mean)):   # one inf would spoil the running error for good
+            self.unscored += 1
+            return
         self.prequential.update(mean, target)
         if variance is not None:
             self.calibration.update(mean - target, variance)
@@ -616,7 +620,7 @@ class ContinualLearner:
     def diagnostics(self) -> dict:
         """Return counters and metrics (floats and ints) for the log and the status topic."""
         return {**self._trainer_stats(), 'prequential_nmse': self.prequential.nmse(),
-                'weights_version': self.predictor.version,
+                'weights_version': self.predictor.version, 'predictions_unscored': self.unscored,
                 **({} if self.physics is None
                    else {'payload_mass_change_kg': float(self.physics.state()[0]),
                          'payload_resets': self.physics.resets,

@@ -149,15 +149,17 @@ def _audit(stream: 'JointStream', robot: Optional['RobotModel']
     """
     Return (why dynamics_learner would refuse the stream, or None; its warnings).
 
-    Judged as the node judges its first samples (`stream_audit.StreamAudit`), here on the
-    first `REPLAY_AUDIT_SAMPLES` of the bag. robot None: the checks of every model (torques
+    Judged as the node judges its samples (`stream_audit.StreamAudit`), here on the first
+    `REPLAY_AUDIT_SAMPLES` of the bag, then the velocities of joints that stood still there
+    on the following windows of that size. robot None: the checks of every model (torques
     never measured; velocity warnings), else those of the URDF's models too.
     """
     from robot_dynamics_learning.learning.stream_audit import StreamAudit
-    count = min(len(stream), REPLAY_AUDIT_SAMPLES)
-    audit = StreamAudit(robot, stream.joint_names, size=count,
+    audit = StreamAudit(robot, stream.joint_names, size=min(len(stream), REPLAY_AUDIT_SAMPLES),
                         measured=stream.torque_source == 'effort')
-    for k in range(count):
+    for k in range(len(stream)):
+        if not audit.watching:
+            break
         audit.add(float(stream.stamp_s[k]), stream.q[k], stream.qd[k], stream.tau[k])
     audit.finish()
     return audit.problem, audit.warnings

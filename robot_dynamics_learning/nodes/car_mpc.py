@@ -153,7 +153,7 @@ class CarMPCNode(ManagedNode):
         for path in reversed(self.checkpoints.paths() if self.checkpoints is not None else []):
             try:
                 return load_car_model(path), path
-            except (ValueError, FileNotFoundError) as error:
+            except (ValueError, OSError) as error:
                 errors.append(str(error))
                 self.get_logger().error(f'not loaded at start, trying an older one: {error}')
         if not checkpoint:
@@ -178,7 +178,7 @@ class CarMPCNode(ManagedNode):
             if type(model) is not type(current) or model.config != current.config:
                 raise ValueError(f'{paths[-1]} holds {model.config}, the MPC runs '
                                  f'{current.config}')
-        except (ValueError, FileNotFoundError) as error:
+        except (ValueError, OSError) as error:   # OSError: gone, a symlink loop, no access
             self._refused = newest
             self.counts['model_refused'] += 1
             self.get_logger().error(f'kept the current model: {error}')

@@ -13,7 +13,7 @@ from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 import numpy as np
 from rclpy.node import Node
-from robot_dynamics_learning.data.loading import FLOAT32_MAX
+from robot_dynamics_learning.data.loading import JOINT_VALUE_LIMIT
 from robot_dynamics_learning.data.messages import (
     ArrayParser, CarCommand, CarCommandParser, CarCommandSettings, CommandMapping, FieldNeed,
     JointSample, JointStateParser, PoseParser, PoseSample, quaternion_from_yaw, Reason,
@@ -28,7 +28,7 @@ __all__ = [
     'RejectionCounter', 'Result', 'StampCheck', 'stamp_to_ns', 'time_msg', 'clock_msg',
     'joint_state_msg', 'PredictedTorquePublisher', 'pose_stamped_msg', 'planar_pose_msg',
     'twist_msg', 'twist_stamped_msg', 'joy_msg', 'float64_array_msg', 'subscribe_commands',
-    'Float32Guard',
+    'JointValueGuard',
 ]
 # The car command types a node may take on `command` (config field `command_type`).
 COMMAND_MESSAGES = {'twist': Twist, 'twist_stamped': TwistStamped, 'joy': Joy}
@@ -68,13 +68,14 @@ def parse_or_warn(node: Node, parser, msg, what: str, arrival: Optional[int] = N
     return None
 
 
-class Float32Guard:
+class JointValueGuard:
     """
-    Skips and counts samples with a value beyond float32: the arm nodes' input check.
+    Skips and counts samples with a value beyond `JOINT_VALUE_LIMIT`: the arm nodes' check.
 
     A garbage velocity, or the acceleration differentiated from a large one: the models
-    compute in float32, where a finite float64 beyond 3.4e38 became inf, and the model's
-    check of its input ended the node.
+    compute in float32, where a finite float64 beyond 3.4e38 became inf and the model's
+    check of its input ended the node, and where 3e38 itself passed and the published
+    torque was inf.
     """
 
     def __init__(self) -> None:
@@ -82,11 +83,12 @@ class Float32Guard:
 
     def accepts(self, node: Node, *arrays: Optional[np.ndarray]) -> bool:
         """Return True when every value (None: no values) fits; else count and log the skip."""
-        if all(a is None or bool(np.all(np.abs(a) <= FLOAT32_MAX)) for a in arrays):
+        if all(a is None or bool(np.all(np.abs(a) <= JOINT_VALUE_LIMIT)) for a in arrays):
             return True
         self.skipped += 1
-        node.get_logger().warn(f'skipped a sample beyond float32 ({self.skipped} so far): a '
-                               'joint value or its derivative', throttle_duration_sec=2.0)
+        node.get_logger().warn(f'skipped a sample with a value beyond {JOINT_VALUE_LIMIT:g} '
+                               f'({self.skipped} so far): a joint value or its derivative, not '
+                               'motion', throttle_duration_sec=2.0)
         return False
 
 
@@ -156,6 +158,8 @@ class PredictedTorquePublisher:
 
     One outgoing message per topic, built once the joint names are known: per sample only
     the stamp (the input's) and the effort change, so the hot path allocates no messages.
+    A prediction with a NaN or inf is not published, only counted (`not_finite`): a
+    controller must not act on it.
     """
 
     def __init__(self, node: Node, depth: int = 10) -> None:
@@ -163,6 +167,7 @@ class PredictedTorquePublisher:
         self._std_pub = node.create_publisher(JointState, '~/predicted_torques_std', depth)
         self._torque: Optional[JointState] = None
         self._std: Optional[JointState] = None
+        self.not_finite = 0
 
     def set_joint_names(self, names: Sequence[str]) -> None:
         """Build the two reused messages for `names`."""
@@ -171,6 +176,10 @@ class PredictedTorquePublisher:
 
     def publish(self, stamp: Time, mean: np.ndarray, variance: Optional[np.ndarray]) -> None:
         """Publish the torques (n,) and, where the model gives a variance, their std."""
+        finite_variance = variance is None or bool(np.all(np.isfinite(variance)))
+        if not (np.all(np.isfinite(mean)) and finite_variance):
+            self.not_finite += 1
+            return
         n = len(self._torque.name)
         self._torque.header.stamp = stamp
         self._torque.effort = _doubles(mean, n, 'predicted torque')

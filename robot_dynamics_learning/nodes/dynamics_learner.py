@@ -52,8 +52,8 @@ from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.learning.trainer_process import ProcessConfig, ProcessLearner
 from robot_dynamics_learning.models.registry import build_model, urdf_robot
 from robot_dynamics_learning.nodes.conversions import (announce_arrival_times, ArrayParser,
-                                                       arrival_ns, FieldNeed, Float32Guard,
-                                                       JointStateParser, output_stamp,
+                                                       arrival_ns, FieldNeed, JointStateParser,
+                                                       JointValueGuard, output_stamp,
                                                        PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
@@ -188,7 +188,7 @@ class DynamicsLearnerNode(ManagedNode):
         self.inactive_dropped = 0
         self.status_write_errors = 0
         self.checkpoint_dir_refused = 0   # 1: checkpoint_dir holds another run (no saving)
-        self.float32 = Float32Guard()
+        self.plausible = JointValueGuard()
         self.audit: Optional[StreamAudit] = None
         self.autostart()
 
@@ -224,6 +224,7 @@ class DynamicsLearnerNode(ManagedNode):
         n = len(names)
         self.joint_names = names
         self.audit = StreamAudit(self.robot, names, measured=self.torque_source == 'effort')
+        self.audit_reported = False
         torch.manual_seed(params.seed)
         model, start_step, fitted, variance_scale = None, 0, False, None
         if params.checkpoint_dir:
@@ -390,7 +391,7 @@ class DynamicsLearnerNode(ManagedNode):
         if features is None:
             return
         observation, action, target = features
-        if not self.float32.accepts(self, observation, action, target):
+        if not self.plausible.accepts(self, observation, action, target):
             return
         mean, variance = self.learner.observe(stamp, observation, action, target)
         self.predictions.publish(output_stamp(msg, self.parser, sample.stamp_ns), mean,
@@ -415,15 +416,25 @@ class DynamicsLearnerNode(ManagedNode):
         return velocity
 
     def _report_audit(self) -> None:
-        """Log the data audit's findings; a refusal stops learning and predicting."""
-        for warning in self.audit.warnings:
+        """Log the data audit's news; a refusal stops learning and predicting."""
+        audit = self.audit
+        warnings = audit.new_warnings()
+        for warning in warnings:
             self.get_logger().warn(warning)
-        if self.audit.problem:
-            self.build_error = f'data refused: {self.audit.problem}'
+        if audit.problem:
+            self.build_error = f'data refused: {audit.problem}'
             self.get_logger().error(f'not learning: {self.build_error}')
-        else:
-            self.get_logger().info(f'data audit of the first {self.audit.size} samples passed'
-                                   + (' with warnings' if self.audit.warnings else ''))
+            return
+        still = (f'; the velocities of {audit.unmoved} are judged once they move'
+                 if audit.unmoved else '')
+        if not self.audit_reported:
+            self.audit_reported = True
+            self.get_logger().info(f'data audit of the first {audit.size} samples passed'
+                                   + (' with warnings' if warnings else '') + still)
+        elif audit.last_judged:
+            self.get_logger().info(f'data audit: the velocities of {audit.last_judged} judged '
+                                   'now that they moved' + (' (warnings above)' if warnings
+                                                            else '') + still)
 
     def _build_at_first_message(self) -> bool:
         """Build the learner for the adopted joints; a failure stops learning, not the node."""
@@ -480,10 +491,12 @@ class DynamicsLearnerNode(ManagedNode):
                       inactive_dropped=self.inactive_dropped,
                       status_write_errors=self.status_write_errors,
                       checkpoint_dir_refused=self.checkpoint_dir_refused,
-                      samples_out_of_range=self.float32.skipped,
+                      samples_out_of_range=self.plausible.skipped,
+                      predictions_not_finite=self.predictions.not_finite,
                       other_joint_sets=len(self.other_joint_sets),
                       held_for_joint_choice=len(self.joint_sets.held),
                       data_audit='pending' if self.audit is None else self.audit.state,
+                      audit_unmoved_joints=0 if self.audit is None else len(self.audit.unmoved),
                       **({} if self.velocities is None else self.velocities.diagnostics()),
                       **self.commands.diagnostics())
         if self.checkpoints is not None:

@@ -21,6 +21,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from robot_dynamics_learning.learning import replay, report
+from robot_dynamics_learning.data.messages import MAX_ADOPTED_JOINTS
 from robot_dynamics_learning.learning.replay_evaluator_params import ReplayEvaluatorConfig
 from robot_dynamics_learning.nodes.conversions import stamp_to_ns
 from robot_dynamics_learning.nodes.parameters import declare_config
@@ -52,6 +53,7 @@ class ReplayEvaluator(Node):
                               reliability=ReliabilityPolicy.RELIABLE)
         self._reliable = reliable
         self.predictions: Dict[str, Dict[str, Dict[int, np.ndarray]]] = {}
+        self.refused_predictions = 0
         for learner in config.learners:
             label = learner.rstrip('/').split('/')[-1]
             self.predictions[label] = {'mean': {}, 'std': {}}
@@ -96,6 +98,12 @@ class ReplayEvaluator(Node):
         self.recorder.add(msg, received)
 
     def _on_prediction(self, msg: JointState, store: Dict[int, np.ndarray]) -> None:
+        if len(msg.effort) > MAX_ADOPTED_JOINTS:   # no learner's: kept, it would fill memory
+            self.refused_predictions += 1
+            self.get_logger().warn(f'refused a prediction of {len(msg.effort)} values '
+                                   f'({self.refused_predictions} so far)',
+                                   throttle_duration_sec=5.0)
+            return
         store[stamp_to_ns(msg.header.stamp)] = np.array(msg.effort, dtype=np.float64)
         self._last_prediction = time.monotonic()
 

@@ -36,8 +36,9 @@ SHUTDOWN_WAIT_S = 1.0
 # thread's stack and exits with code 1 (launch sends SIGTERM after 5 s, SIGKILL 10 s later).
 SHUTDOWN_DEADLINE_S = 4.0
 STARTUP_REFUSED = 2   # exit code of a node that refused its parameters or files at start
-# What building a node raises for bad input: our checks, a missing file, rclpy's range checks.
-STARTUP_REFUSALS = (ValueError, FileNotFoundError, ParameterException)
+# What building a node raises for bad input: our checks, a missing or unreadable file (a
+# symlink loop, no permission), rclpy's range checks.
+STARTUP_REFUSALS = (ValueError, OSError, ParameterException)
 
 
 def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
@@ -45,9 +46,9 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     """
     Create the node after `rclpy.init` and spin it until Ctrl-C or an external shutdown.
 
-    A ValueError, FileNotFoundError or rclpy ParameterException while the node is built (a
-    parameter out of its range, a refused config, URDF or checkpoint) ends the process with
-    one logged line and exit code 2.
+    A ValueError, OSError or rclpy ParameterException while the node is built (a parameter
+    out of its range, a refused config, URDF or checkpoint, a file that is missing or cannot
+    be read) ends the process with one logged line and exit code 2.
 
     Once spinning, Ctrl-C ends the spin between two callbacks, never inside one or inside the
     executor (`DeferrableInterrupt`). A node that has not ended SHUTDOWN_DEADLINE_S after it
@@ -245,10 +246,14 @@ def file_version(path: Path) -> Optional[Tuple[str, int, int]]:
 
     For nodes that poll a checkpoint folder and refuse a bad file once: a file copied in
     place (scp, cp from the learner's machine) is refused while half-written and must be
-    tried again once complete, which its path alone cannot tell.
+    tried again once complete, which its path alone cannot tell. A path that cannot be
+    examined (a symlink loop, no permission) gets the version (path, -1, -1): the load then
+    fails and is refused once, until the file becomes readable.
     """
     try:
         stat = os.stat(path)
     except FileNotFoundError:
         return None
+    except OSError:
+        return str(path), -1, -1
     return str(path), stat.st_mtime_ns, stat.st_size

@@ -19,6 +19,7 @@ import time
 from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.data.joint_velocity import velocity_need, VelocitySource
@@ -31,8 +32,9 @@ from robot_dynamics_learning.learning.prequential import (LatencyLog, Prequentia
                                                           VarianceCalibration)
 from robot_dynamics_learning.models.base import DynamicsModel
 from robot_dynamics_learning.nodes.conversions import (announce_arrival_times, arrival_ns,
-                                                       FieldNeed, Float32Guard, JointStateParser,
-                                                       output_stamp, PredictedTorquePublisher)
+                                                       FieldNeed, JointStateParser,
+                                                       JointValueGuard, output_stamp,
+                                                       PredictedTorquePublisher)
 from robot_dynamics_learning.nodes.lifecycle import ManagedNode
 from robot_dynamics_learning.nodes.parameters import (declare_config, declare_stamp_bounds,
                                                       refuse_clock_changes)
@@ -67,7 +69,7 @@ class TorquePredictorNode(ManagedNode):
         self.loads = 0
         self.load_errors = 0
         self.time_resets = 0
-        self.float32 = Float32Guard()
+        self.plausible = JointValueGuard()
         self.joint_names = None
         self.parser: Optional[JointStateParser] = None
         self.predictor: Optional[StreamingPredictor] = None
@@ -181,13 +183,13 @@ class TorquePredictorNode(ManagedNode):
         if features is None:
             return
         observation, action, target = features
-        if not self.float32.accepts(self, observation, action, target):
+        if not self.plausible.accepts(self, observation, action, target):
             return
         mean, variance = self.predictor.predict(observation, action)
         calibrated = None if variance is None else self.calibration.apply(variance)
         self.predictions.publish(output_stamp(msg, self.parser, sample.stamp_ns), mean,
                                  calibrated)
-        if target is not None:
+        if target is not None and np.all(np.isfinite(mean)):   # NaN: not published either
             self.prequential.update(mean, target)
             if variance is not None:
                 self.calibration.update(mean - target, variance)
@@ -197,7 +199,8 @@ class TorquePredictorNode(ManagedNode):
     def _publish_diagnostics(self) -> None:
         values = {'checkpoint': str(self._loaded_path), 'loads': self.loads,
                   'load_errors': self.load_errors, 'time_resets': self.time_resets,
-                  'samples_out_of_range': self.float32.skipped,
+                  'samples_out_of_range': self.plausible.skipped,
+                  'predictions_not_finite': self.predictions.not_finite,
                   **{f'checkpoints_skipped_{reason}': n
                      for reason, n in self.checkpoints.skipped.items()}}
         if self.parser is not None:
