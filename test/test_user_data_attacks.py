@@ -10,8 +10,11 @@ from robot_dynamics_learning.data.loading import (load_trajectories, load_trajec
                                                   read_table, trajectories_from_table)
 from robot_dynamics_learning.data.splits import split_files
 from robot_dynamics_learning.data.trajectory import Trajectory
+from robot_dynamics_learning.data.windows import inverse_dynamics_windows
 from robot_dynamics_learning.learning import cli as learning_cli
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint
+from robot_dynamics_learning.learning.training import train_model, TrainConfig
+from robot_dynamics_learning.models.registry import build_model
 import torch
 
 CONFIG = ('model_type: ffnn\nmodel: {hidden: [8]}\ntraining: {max_epochs: 1, progress: false}\n'
@@ -359,13 +362,21 @@ def test_a_sample_index_as_time_is_refused_or_warned_about(caplog):
 
 
 def test_values_too_large_for_float32_statistics_never_reach_a_checkpoint(tmp_path, capsys):
-    # 1e37 fits float32 (kept by the loader) but its sums do not: NaN normalisation.
+    # 1e37 fits float32 but its sums do not: NaN normalisation. A file's joint values beyond
+    # 1e9 are skipped where they are read; through the Python API they reach the model, whose
+    # statistics are checked before any step.
     path = _csv(tmp_path / 'run.csv', rows=600, edit=lambda lines: [lines[0]] + [
         ','.join(cells[:-1] + [repr(float(cells[-1]) * 1e37)])
         for cells in (line.split(',') for line in lines[1:])])
     assert _train(tmp_path, '--data', str(path)) == 2
-    assert "'target_norm.mean' is NaN or inf" in capsys.readouterr().err
+    assert 'no usable stretch of rows (600 rows, 600 skipped)' in capsys.readouterr().err
     assert not (tmp_path / 'run' / 'model.pt').exists()
+    trajectory = load_trajectories(_csv(tmp_path / 'plain.csv', rows=600))[0]
+    trajectory.tau = trajectory.tau * 1e37
+    model = build_model('ffnn', {'hidden': [8]}, 6, 0, 2)
+    with pytest.raises(ValueError, match="'target_norm.mean' is NaN or inf"):
+        train_model(model, inverse_dynamics_windows([trajectory], 50), None,
+                    TrainConfig(max_epochs=1))
 
 
 def test_a_bag_without_the_expected_joints_names_them(tmp_path):
@@ -456,3 +467,67 @@ def test_a_continuous_joint_wrapped_at_pi_is_differentiated_without_spikes():
     np.testing.assert_allclose(piece.qd[:, 0], 3.0, atol=1e-6)   # before: spikes of -3000
     np.testing.assert_allclose(piece.qdd[:, 0], 0.0, atol=1e-3)
     np.testing.assert_array_equal(piece.q[:, 0], wrapped)   # positions are kept as given
+
+
+def test_joint_columns_are_paired_by_name_across_fields(tmp_path, caplog):
+    # q_a, q_b beside tau_b, tau_a trained joint a on joint b's torque, without a word.
+    path = _csv(tmp_path / 'run.csv', rows=300)
+    table = read_table(path)
+    swapped = tmp_path / 'swapped.csv'
+    order = ['time', 'q_0', 'q_1', 'tau_1', 'tau_0']
+    np.savetxt(swapped, np.column_stack([table[name] for name in order]), delimiter=',',
+               header=','.join(order), comments='')
+    with caplog.at_level(logging.WARNING):
+        plain, paired = load_trajectory(path), load_trajectory(swapped)
+    np.testing.assert_array_equal(paired.tau, plain.tau)
+    assert 'the tau columns list the joints in another order than the q columns' in caplog.text
+    # Fields named differently (q_0 beside effort_shoulder) keep their order: nothing to pair.
+    other = tmp_path / 'other.csv'
+    np.savetxt(other, np.column_stack([table[name] for name in order]), delimiter=',',
+               header='time,q_0,q_1,tau_shoulder,tau_elbow', comments='')
+    np.testing.assert_array_equal(load_trajectory(other).tau, plain.tau[:, ::-1])
+
+
+def test_a_few_bad_rows_do_not_end_training_under_the_default_split(tmp_path, caplog):
+    # The NaN cut a 100-row piece whose 20-row test tail was too short to differentiate.
+    path = _csv(tmp_path / 'run.csv', rows=1500, dt=0.001,
+                edit=_set_cell(101, 1, 'nan'))
+    with caplog.at_level(logging.WARNING):
+        assert _train(tmp_path, '--data', str(path)) == 0
+    assert 'test data: dropped 1 pieces (20 rows) too short to derive' in caplog.text
+
+
+@pytest.mark.parametrize('name, text', [
+    ('semicolon.csv', lambda lines: [line.replace(',', ';') for line in lines]),
+    ('tab.txt', lambda lines: [line.replace(',', '\t') for line in lines]),
+    ('comment.csv', lambda lines: ['# logged by a test rig', '#'] + lines),
+    ('cut_short.csv', lambda lines: lines + [lines[-1][:5]]),   # a logger stopped mid-line
+    ('missing.csv', lambda lines: lines[:50] + [lines[50].rsplit(',', 1)[0] + ',NA']
+     + lines[51:]),
+])
+def test_csv_as_loggers_and_spreadsheets_write_it(tmp_path, name, text):
+    plain = load_trajectory(_csv(tmp_path / 'plain.csv'))
+    pieces = load_trajectories(_csv(tmp_path / name, edit=text))
+    rows = sum(len(p) for p in pieces)
+    assert rows == len(plain) - (name == 'missing.csv')
+    np.testing.assert_array_equal(pieces[0].q[:10], plain.q[:10])
+
+
+def test_compressed_csv_reads_and_a_decimal_comma_is_named(tmp_path):
+    import gzip
+    plain = _csv(tmp_path / 'plain.csv')
+    packed = tmp_path / 'plain.csv.gz'
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    np.testing.assert_array_equal(load_trajectory(packed).q, load_trajectory(plain).q)
+    euro = _csv(tmp_path / 'euro.csv', edit=lambda lines: [
+        line.replace(',', ';').replace('.', ',') for line in lines])
+    with pytest.raises(ValueError, match='decimal comma'):
+        load_trajectory(euro)
+
+
+def test_a_time_column_in_another_unit_than_seconds_is_refused(tmp_path):
+    epoch_ns = _csv(tmp_path / 'ns.csv', edit=lambda lines: [lines[0]] + [
+        ','.join([str(1_700_000_000_000_000_000 + int(float(cells[0]) * 1e9))] + cells[1:])
+        for cells in (line.split(',') for line in lines[1:])])
+    with pytest.raises(ValueError, match=r'samples 2e\+06 s apart .*rename the column'):
+        load_trajectory(epoch_ns)

@@ -11,11 +11,15 @@ one ending in '_ms' or '_us' (or '[ms]', '(us)') milli- or microseconds (`time_u
 import csv
 import fnmatch
 import glob
+import gzip
+import itertools
 import logging
 import math
+import os
 from pathlib import Path
 import re
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+import warnings
 import zipfile
 
 import numpy as np
@@ -34,6 +38,9 @@ GAP_PERIODS = 3.0
 IRREGULAR_PERIODS = 1.5
 # A derivative window under this many periods is widened to 5 samples: likely a time unit slip.
 MIN_WINDOW_PERIODS = 2
+# Joint samples further apart than this (median, s) are no dynamics recording: its time
+# column holds another unit (epoch nanoseconds read as seconds gave periods of 1e6 s).
+MAX_PERIOD_S = 60.0
 # Model tensors are float32: a larger value would turn into inf there, so it is skipped too.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # A live joint value (rad, m, their derivatives, N m) beyond this is garbage, not motion: a
@@ -142,7 +149,7 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
     Build the contiguous pieces of a recording as `Trajectory`s from columns (T,) or (T, k).
 
     Time comes from the 'time' column (also when `columns` names none) or, without one, from
-    `dt`. Rows with a NaN, an inf or a value beyond float32 (the models' type) are skipped and
+    `dt`. Rows with a NaN, an inf or an absurd value (`_skipped_rows`) are skipped and
     counted in a warning; the recording is cut there and at time steps over `GAP_PERIODS`
     median periods, so that no derivative, window or previous torque bridges a hole. Pieces
     too short to differentiate are dropped (logged). Missing qd / qdd are the Savitzky-Golay
@@ -156,6 +163,7 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
     joint_names = joint_names or _named_joints(table, names, width)
     bad = _skipped_rows(arrays, bad_time, source)
     check_time(time[~bad], source, rows=np.flatnonzero(~bad))
+    _check_period(time[~bad], names.get('time', ['--dt'])[0], source)
     needs_derivative = _needs_derivative(*(arrays.get(f) for f in ('q', 'qd', 'qdd')))
     pieces = _usable_pieces(time, bad, derivative_window_s if needs_derivative else None,
                             source)
@@ -165,6 +173,17 @@ def trajectories_from_table(table: Mapping[str, np.ndarray],
                                    source=source if whole else f'{source}[{a}:{b}]',
                                    derive=derive, **{f: v[a:b] for f, v in arrays.items()})
             for a, b in pieces]
+
+
+def _check_period(time: np.ndarray, column: str, source: str) -> None:
+    """Refuse a median sample period over `MAX_PERIOD_S`: a time column not in seconds."""
+    if time.size < 2:
+        return
+    period = float(np.median(np.diff(time)))
+    if period > MAX_PERIOD_S:
+        raise ValueError(f'{source}: samples {period:.3g} s apart ({column!r} read as seconds):'
+                         ' is time in ms, us or ns? rename the column with a _ms, _us or _ns '
+                         'suffix, or give the sample period with --dt')
 
 
 def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec],
@@ -205,6 +224,7 @@ def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec]
         raise ValueError(f'{source}: fields differ in length: {lengths}')
     rows = next(iter(lengths.values()))
     names = {field: [n for n, f in owner.items() if f == field] for field in arrays}
+    _pair_joints_by_name(arrays, names, source)
     widths = {field: arrays[field].shape[1] for field in JOINT_FIELDS if field in arrays}
     if len(set(widths.values())) > 1:   # name the columns: a pattern took too many or few
         raise ValueError(f'{source}: the joint fields differ in width: ' + '; '.join(
@@ -228,6 +248,39 @@ def _field_arrays(table: Mapping[str, np.ndarray], columns: Optional[ColumnSpec]
                          'milli- or microseconds) or give '
                          'the sample period with --dt')
     return arrays, np.arange(rows) * float(dt), np.zeros(rows, dtype=bool), names
+
+
+def _joint_keys(columns: Sequence[str]) -> List[str]:
+    """Return what tells a field's columns apart: each name less their common prefix, suffix."""
+    prefix = os.path.commonprefix(list(columns))
+    suffix = os.path.commonprefix([c[len(prefix):][::-1] for c in columns])[::-1]
+    return [c[len(prefix):len(c) - len(suffix)] for c in columns]
+
+
+def _pair_joints_by_name(arrays: Dict[str, np.ndarray], names: Dict[str, List[str]],
+                         source: str) -> None:
+    """
+    Put each joint field's columns in the joint order of the first (q, then qd, qdd, tau).
+
+    Why: q_a, q_b beside tau_b, tau_a trained joint a on joint b's torque. Fields whose
+    columns name the same joints (what is left of each name without the field's common
+    prefix and suffix: 'a', 'b'; '1', '2' of Position1 and TorqueSm1) are reordered in place
+    (arrays and names); fields that name them otherwise keep their order.
+    """
+    keyed = {field: _joint_keys(names[field]) for field in JOINT_FIELDS
+             if field in arrays and len(names[field]) == arrays[field].shape[1] > 1}
+    if not keyed:
+        return
+    first, order = next(iter(keyed.items()))
+    for field, keys in keyed.items():
+        if keys == order or sorted(keys) != sorted(order) or len(set(keys)) < len(keys):
+            continue
+        index = [keys.index(key) for key in order]
+        arrays[field] = arrays[field][:, index]
+        names[field] = [names[field][i] for i in index]
+        LOG.warning('%s: the %s columns list the joints in another order than the %s '
+                    'columns: paired by name (%s)', source, field, first,
+                    ', '.join(names[field][:8]) + (' ...' if len(index) > 8 else ''))
 
 
 def _named_joints(table: Mapping[str, np.ndarray], names: Mapping[str, Sequence[str]],
@@ -291,13 +344,21 @@ def _counts_samples(time: np.ndarray) -> bool:
 
 def _skipped_rows(arrays: Mapping[str, np.ndarray], bad_time: np.ndarray,
                   source: str) -> np.ndarray:
-    """Return the rows holding NaN, inf or |value| > float32's largest; log their counts."""
-    bad_cells = {field: ~(np.abs(array) <= FLOAT32_MAX) for field, array in arrays.items()}
+    """
+    Return the rows holding NaN, inf or an absurd value; log their counts.
+
+    Absurd: a joint field (q, qd, qdd, tau) beyond `JOINT_VALUE_LIMIT` (a logger's sentinel:
+    it would set the normalisation), any other beyond float32's largest.
+    """
+    bad_cells = {field: ~(np.abs(array) <= (JOINT_VALUE_LIMIT if field in JOINT_FIELDS
+                                            else FLOAT32_MAX))
+                 for field, array in arrays.items()}
     bad = bad_time | np.any([b.any(axis=1) for b in bad_cells.values()], axis=0)
     if bad.any():
         counts = {'time': int(bad_time.sum()), **{f: int(b.sum()) for f, b in bad_cells.items()}}
-        LOG.warning('%s: skipped %d of %d rows holding NaN, inf or |value| > %.3g (cells: %s); '
-                    'first at data row %d', source, int(bad.sum()), bad.size, FLOAT32_MAX,
+        LOG.warning('%s: skipped %d of %d rows holding NaN, inf or |value| > %.3g (%.3g in '
+                    'observations and actions; cells: %s); first at data row %d', source,
+                    int(bad.sum()), bad.size, JOINT_VALUE_LIMIT, FLOAT32_MAX,
                     {f: n for f, n in counts.items() if n}, int(np.argmax(bad)))
     return bad
 
@@ -361,6 +422,27 @@ def derive_missing(trajectory: Trajectory,
         source=trajectory.source)
     derived.units = dict(trajectory.units)
     return derived
+
+
+def derive_each(trajectories: Sequence[Trajectory], derivative_window_s: float,
+                label: str) -> List[Trajectory]:
+    """
+    Return `derive_missing` of each recording; drop (and log) those too short to derive.
+
+    Why: rows skipped for a NaN cut a recording into pieces, and a time split then left a
+    tail of 20 rows whose derivative ended the whole run. label: which side ('training').
+    """
+    kept, dropped = [], []
+    for trajectory in trajectories:
+        short = (_needs_derivative(trajectory.q, trajectory.qd, trajectory.qdd)
+                 and len(trajectory) < _derivative_rows(trajectory.time, derivative_window_s))
+        (dropped if short else kept).append(trajectory)
+    if dropped:
+        LOG.warning('%s data: dropped %d pieces (%d rows) too short to derive qd / qdd over '
+                    '%g s: %s', label, len(dropped), sum(len(t) for t in dropped),
+                    derivative_window_s, ', '.join(t.source for t in dropped[:5])
+                    + (' ...' if len(dropped) > 5 else ''))
+    return [derive_missing(t, derivative_window_s) for t in kept]
 
 
 def continuous_angles(q: np.ndarray) -> np.ndarray:
@@ -431,7 +513,10 @@ def read_table(path: Union[str, Path]) -> Dict[str, np.ndarray]:
     """
     Read a numeric CSV (header row) or an npz file into {name: array}; ValueError if not.
 
-    Empty CSV cells read as NaN: `trajectories_from_table` skips and counts their rows.
+    CSV as loggers and spreadsheets write them: comma, semicolon or tab separated (told by
+    the header), gzip-compressed (.csv.gz), lines starting with '#' skipped, empty and 'NA'
+    cells read as NaN (`trajectories_from_table` skips and counts their rows), and a last line
+    cut short (a logger stopped mid-write) dropped with a warning.
     """
     path = Path(path)
     if path.suffix.lower() == '.npz':
@@ -443,82 +528,137 @@ def read_table(path: Union[str, Path]) -> Dict[str, np.ndarray]:
                 raise
             raise ValueError(f'{path}: not a readable npz file of numeric arrays '
                              f'({type(error).__name__})') from None
-    if path.suffix.lower() not in ('.csv', '.txt'):
-        raise ValueError(f'{path}: expected a .csv or .npz file')
-    fast = _read_plain_csv(path)
-    if fast is not None:
-        return fast
-    try:   # the cell-by-cell reader: empty cells, and errors that name the line and column
-        with open(path, newline='', encoding='utf-8-sig') as handle:   # Excel writes a BOM
-            lines = [(n, row) for n, row in enumerate(csv.reader(handle), 1) if row]
-    except (UnicodeDecodeError, csv.Error) as error:
-        raise ValueError(f'{path}: not a text CSV ({error})') from None
-    if not lines:
-        raise ValueError(f'{path}: empty file')
-    header = [name.strip() for name in lines[0][1]]
+    if _text_suffix(path) not in ('.csv', '.txt'):
+        raise ValueError(f'{path}: expected a .csv, .csv.gz or .npz file')
+    try:
+        with _open_text(path) as handle:
+            first = next(_data_lines(handle), None)
+        if first is None:
+            raise ValueError(f'{path}: empty file')
+        delimiter = _delimiter(first[1])
+        fast = _read_plain_csv(path, first[1], delimiter)
+        if fast is not None:
+            return fast
+        with _open_text(path) as handle:   # the careful reader: every line, numbered
+            numbered = list(_data_lines(handle))
+            rows = [(n, row) for (n, _), row in
+                    zip(numbered, csv.reader((line for _, line in numbered),
+                                             delimiter=delimiter))]
+    except (UnicodeDecodeError, OSError, EOFError, csv.Error) as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise ValueError(f'{path}: not a text CSV ({type(error).__name__}: {error})') from None
+    header = [name.strip() for name in rows[0][1]]
     doubled = sorted({name for name in header if header.count(name) > 1})
     if doubled:
         raise ValueError(f'{path}: header names {doubled} more than once')
-    values = np.empty((len(lines) - 1, len(header)))
-    for i, (line, row) in enumerate(lines[1:]):
+    if len(rows) > 2 and len(rows[-1][1]) < len(header):
+        LOG.warning('%s: the last line (%d) has %d of %d cells (a logger stopped '
+                    'mid-write?): skipped', path, rows[-1][0], len(rows[-1][1]), len(header))
+        rows = rows[:-1]
+    values = np.empty((len(rows) - 1, len(header)))
+    for i, (line, row) in enumerate(rows[1:]):
         if len(row) != len(header):
             raise ValueError(f'{path}: line {line} has {len(row)} cells, the header '
-                             f'{len(header)}')
+                             f'{len(header)}' + _separator_hint(delimiter, row))
         try:
             values[i] = [_cell(v) for v in row]
         except ValueError:
             cell = next(k for k, v in enumerate(row) if not _is_number(v))
             raise ValueError(f'{path}: line {line}, column {header[cell]!r}: non-numeric cell '
-                             f'{row[cell]!r}') from None
+                             f'{row[cell]!r}' + _separator_hint(delimiter, row)) from None
     if not values.shape[0]:
         raise ValueError(f'{path}: no data rows under the header')
     table = {name: values[:, i] for i, name in enumerate(header)}
     for k, name in enumerate(header):
         if name.endswith(NANOSECONDS_SUFFIX):
             try:
-                table[name] = np.array([int(row[k]) for _, row in lines[1:]], np.int64)
+                table[name] = np.array([int(row[k]) for _, row in rows[1:]], np.int64)
             except (ValueError, OverflowError):
                 pass   # empty or float cells: the float column stands (rows skipped as NaN)
     return table
 
 
-def _read_plain_csv(path: Path) -> Optional[Dict[str, np.ndarray]]:
+def _data_lines(handle) -> Iterator[Tuple[int, str]]:
+    """Yield (line number, line) of a text file, less blank lines and '#' comments."""
+    for number, line in enumerate(handle, 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith('#'):
+            yield number, line.rstrip('\r\n')
+
+
+def _text_suffix(path: Path) -> str:
+    """Return the suffix of the text inside: '.csv' for data.csv and data.csv.gz."""
+    suffixes = [s.lower() for s in path.suffixes]
+    return suffixes[-2] if suffixes[-1:] == ['.gz'] and len(suffixes) > 1 else path.suffix.lower()
+
+
+def _open_text(path: Path):
+    """Open a CSV (gzip-compressed if it ends in .gz) as text; a BOM (Excel) is dropped."""
+    if path.suffix.lower() == '.gz':
+        return gzip.open(path, 'rt', encoding='utf-8-sig', newline='')
+    return open(path, encoding='utf-8-sig', newline='')
+
+
+def _delimiter(header: str) -> str:
+    """Return the header's separator: ',' unless it holds none and ';' or a tab instead."""
+    if ',' in header:
+        return ','
+    return next((d for d in (';', '\t') if d in header), ',')
+
+
+def _separator_hint(delimiter: str, row: Sequence[str]) -> str:
+    """Say what a bad row may mean: decimal commas, or another separator than the header's."""
+    if delimiter != ',' and any(re.fullmatch(r'\s*-?\d+,\d+\s*', cell) for cell in row):
+        return '; numbers with a decimal comma? write them with a decimal point'
+    if any(d in cell for cell in row for d in {',', ';', '\t'} - {delimiter}):
+        return '; the rows use another separator than the header?'
+    return ''
+
+
+def _read_plain_csv(path: Path, header_line: str, delimiter: str
+                    ) -> Optional[Dict[str, np.ndarray]]:
     """
-    Read a CSV of numbers only with numpy's C parser; None where it needs the careful reader.
+    Read a CSV of numbers only with numpy's C parser; None where the careful reader must.
 
     A 112 MB, 200 000-row file took 8 s and 430 MB with the cell-by-cell reader, 1.6 s and
-    38 MB here. Empty cells, text, quotes or ragged rows fall back (None).
+    38 MB here (the lines stream from the file). Empty cells, text, quotes or ragged rows
+    fall back (None).
     """
+    header = [name.strip() for name in next(csv.reader([header_line], delimiter=delimiter))]
+
+    def numbers(dtype: type, **options) -> np.ndarray:
+        with _open_text(path) as handle, warnings.catch_warnings():
+            warnings.simplefilter('ignore', UserWarning)   # no rows: the careful reader says
+            rows = (line for _, line in itertools.islice(_data_lines(handle), 1, None))
+            return np.loadtxt(rows, delimiter=delimiter, ndmin=2, comments=None, dtype=dtype,
+                              **options)
+
     try:
-        with open(path, newline='', encoding='utf-8-sig') as handle:
-            header = next((row for row in csv.reader(handle) if row), None)
-            if header is None:
-                return None
-            values = np.loadtxt(handle, delimiter=',', ndmin=2, comments=None,
-                                dtype=np.float64)
-    except (ValueError, UnicodeDecodeError, csv.Error):
+        values = numbers(np.float64)
+    except ValueError:
         return None
-    header = [name.strip() for name in header]
     if values.shape[0] == 0 or values.shape[1] != len(header) or len(set(header)) < len(header):
         return None
     table = {name: values[:, i] for i, name in enumerate(header)}
     stamps = [i for i, name in enumerate(header) if name.endswith(NANOSECONDS_SUFFIX)]
     if stamps:
-        with open(path, newline='', encoding='utf-8-sig') as handle:
-            next(row for row in csv.reader(handle) if row)
-            try:
-                exact = np.loadtxt(handle, delimiter=',', ndmin=2, comments=None,
-                                   usecols=stamps, dtype=np.int64)
-            except (ValueError, OverflowError):
-                exact = None   # not integer text: the float column stands
+        try:
+            exact = numbers(np.int64, usecols=stamps)
+        except (ValueError, OverflowError):
+            exact = None   # not integer text: the float column stands
         if exact is not None and exact.shape[0] == values.shape[0]:
             table.update({header[i]: exact[:, k] for k, i in enumerate(stamps)})
     return table
 
 
+# Cells that mean "no value" (R, Excel, pandas): read as NaN, their rows skipped and counted.
+MISSING_CELLS = frozenset({'', 'na', 'n/a', '#n/a', 'null', 'none', 'nil'})
+
+
 def _cell(text: str) -> float:
-    """Read one CSV cell; an empty one is NaN (pandas writes missing values so), then skipped."""
-    return float(text) if text.strip() else math.nan
+    """Read one CSV cell; an empty or 'NA' one is NaN, then skipped with its row."""
+    return math.nan if text.strip().lower() in MISSING_CELLS else float(text)
 
 
 def _is_number(text: str) -> bool:

@@ -17,7 +17,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from robot_dynamics_learning.data import datasets
-from robot_dynamics_learning.data.loading import (derive_missing, file_columns, load_files,
+from robot_dynamics_learning.data.loading import (derive_each, file_columns, load_files,
                                                   parse_columns, trajectories_from_table)
 from robot_dynamics_learning.data.splits import parse_split, Split
 from robot_dynamics_learning.data.trajectory import Trajectory
@@ -41,7 +41,7 @@ DATASETS = ('kinova', 'pneumatic', 'schunk')
 # The zero-phase qdd filter of each dataset with a derived qdd (`data.datasets`).
 DATASET_ACC_WINDOW_S = {'kinova': datasets.KINOVA_ACC_WINDOW_S,
                         'schunk': datasets.SCHUNK_ACC_WINDOW_S}
-FILE_SUFFIXES = ('.csv', '.npz', '.txt')
+FILE_SUFFIXES = ('.csv', '.npz', '.txt', '.gz')   # .gz: data.csv.gz
 CONFIG_KEYS = {'model_type', 'model', 'training', 'data'}
 DATA_KEYS = {'problem', 'window', 'stride', 'val_fraction', 'joint_topic', 'command_topic',
              'acc_window_s'}
@@ -224,8 +224,7 @@ def _split_then_derive(trajectories: List[Trajectory],
     """
     window = _derivative_window(data_config)
     train, test = splitter(trajectories)
-    return ([derive_missing(t, window) for t in train],
-            [derive_missing(t, window) for t in test])
+    return derive_each(train, window, 'training'), derive_each(test, window, 'test')
 
 
 def _check_same_widths(trajectories: Sequence[Trajectory]) -> None:
