@@ -20,8 +20,8 @@ import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from robot_dynamics_learning.learning import replay, report
 from robot_dynamics_learning.data.messages import MAX_ADOPTED_JOINTS
+from robot_dynamics_learning.learning import replay, report
 from robot_dynamics_learning.learning.replay_evaluator_params import ReplayEvaluatorConfig
 from robot_dynamics_learning.nodes.conversions import stamp_to_ns
 from robot_dynamics_learning.nodes.parameters import declare_config
