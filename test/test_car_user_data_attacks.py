@@ -461,3 +461,39 @@ def test_positions_in_millimetres_are_named_not_cut_into_standstills():
     # Before: the moving states were cut as glitches and the model learned the standstills.
     with pytest.raises(ValueError, match=r'states are faster than 80 m/s.*positions in mm'):
         car_dataset(millimetres, 0.05)
+
+
+def test_yaw_in_degrees_is_named_not_cut_into_slow_driving():
+    from pathlib import Path
+    from robot_dynamics_learning.data.car_sources import car_csv_files, load_car_csvs
+    drives = load_car_csvs(car_csv_files(Path(__file__).parent / 'fixtures' / 'data' /
+                                         'rc_car_dart'))
+    degrees = [Trajectory(time=d.time, actions=d.actions,
+                          observations=d.observations * np.array([1.0, 1.0, 180 / np.pi]))
+               for d in drives]
+    # Before: the turning states were cut as glitches (metrics.json: cut_too_fast) and the
+    # model trained on the rest without a word.
+    with pytest.raises(ValueError, match=r'turn faster than 15 rad/s.*yaw in degrees\?'):
+        car_dataset(degrees, 0.05)
+
+
+@pytest.mark.parametrize('column', [7, 8])   # safety_value never 1; throttle 0 throughout
+def test_a_csv_without_throttle_is_refused_as_a_bag_whose_deadman_is_never_held(
+        tmp_path, capsys, column):
+    rows = rows_of(circle(20, 100))
+    rows[:, column] = 0.0
+    recording = write_csv(tmp_path / 'a.csv', rows)
+    assert main(['car', 'train', '--source', 'csv', '--data', str(recording), '--epochs', '1',
+                 '--out', str(tmp_path / 'm.pt')]) == 2
+    err = capsys.readouterr().err
+    assert 'safety_value is never 1 or the throttle is 0 in all 2000 rows' in err
+    assert 'every throttle would count as 0' in err and not (tmp_path / 'm.pt').exists()
+
+
+def test_a_time_column_in_milliseconds_is_named_not_read_as_hours_of_driving(tmp_path):
+    rows = rows_of(circle(20, 100))
+    rows[:, 10] *= 1000.0   # Vicon time x 1000
+    recording = write_csv(tmp_path / 'ms.csv', rows)
+    # Before: "39990.2 s of driving is too little to hold back blocks of 5 s".
+    with pytest.raises(ValueError, match=r'a sample every 10 s \(0\.1 Hz\).*time in ms\?'):
+        car_data('csv', 0.05, paths=[recording])

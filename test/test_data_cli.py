@@ -61,4 +61,33 @@ def test_help_texts(capsys):
         with pytest.raises(SystemExit):
             main(argv)
     out = capsys.readouterr().out
-    assert '/vrpn_mocap/rc_car/pose' in out and '--format {npz,csv}' in out
+    assert '/vrpn_mocap/rc_car/pose' in out and '--format {npz,csv}' in out and '--force' in out
+
+
+def test_export_prints_the_file_written_and_never_overwrites_without_force(schunk_bag, capsys):
+    metadata = schunk_bag / 'metadata.yaml'
+    before = metadata.read_bytes()
+    argv = ['bag', 'export', str(schunk_bag), '--topic', '/joint_states', '--out']
+    assert main(argv + [str(metadata), '--format', 'csv']) == 2   # it overwrote metadata.yaml
+    assert f'{metadata} exists already; pass --force' in capsys.readouterr().err
+    assert metadata.read_bytes() == before
+    table = schunk_bag.parent / 'x.csv'   # default npz: np.savez writes x.csv.npz
+    assert main(argv + [str(table)]) == 0
+    assert capsys.readouterr().out.strip().split('-> ')[1].startswith(f'{table}.npz;')
+    assert np.load(f'{table}.npz')['position'].shape[0] > 0 and not table.exists()
+    assert main(argv + [str(table)]) == 2
+    assert main(argv + [str(table), '--force']) == 0
+
+
+def test_export_of_a_topic_without_a_valid_message_is_an_error(tmp_path, capsys):
+    bag = tmp_path / 'nan'
+    with bag_io.BagWriter(bag, 'sqlite3') as writer:
+        for k in range(3):
+            stamp = 1_000_000_000 + k * 1_000_000
+            values = np.array([np.nan])
+            writer.write('/joint_states', 'sensor_msgs/msg/JointState', stamp,
+                         writer.joint_state(stamp, ['a'], values, values, values))
+    out = tmp_path / 'js.npz'
+    assert main(['bag', 'export', str(bag), '--topic', '/joint_states', '--out', str(out)]) == 2
+    assert 'no valid message on /joint_states to export' in capsys.readouterr().err
+    assert not out.exists()

@@ -208,3 +208,32 @@ def test_a_baseline_without_error_gives_a_verdict_not_a_division_by_zero():
                'models': {'ffnn': {}}, 'duration_s': 4.0, 'joint_names': ['a']}
     text = report.verdict_line(metrics)
     assert 'cannot be compared with the best baseline, previous_torque' in text
+
+
+@pytest.mark.parametrize('rows', [1, 5])
+def test_a_bag_too_short_to_score_is_refused_in_one_line(kinova, tmp_path, capsys, rows):
+    _, trajectory = kinova
+    bag = tmp_path / 'short'
+    bag_io.write_joint_trajectories(bag, [trajectory.segment(0, rows)], 'sqlite3')
+    # Before: np.percentile of an empty latency array raised IndexError (a traceback).
+    assert rdl(['replay', str(bag), '--models', 'ffnn', '--out', str(tmp_path / 'r')]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f'too few samples to replay: {rows} accepted, 0 of them past' in err
+    assert not (tmp_path / 'r').exists()
+
+
+def test_block_lengths_that_hold_back_nothing_and_absent_command_topics_are_refused(
+        kinova, tmp_path, capsys):
+    bag, _ = kinova
+    out = str(tmp_path / 'r')
+    for block_s in ('0', '-1'):   # 0 fell back to the default blocks
+        assert rdl(['replay', str(bag), '--block-s', block_s, '--out', out]) == 2
+        assert f'--block-s must be > 0 seconds, got {block_s}' in capsys.readouterr().err
+    for block_s in ('0.0002', '100'):   # the report said "(0 samples)" and scored prequentially
+        assert rdl(['replay', str(bag), '--models', 'ffnn', '--block-s', block_s,
+                    '--out', out]) == 2
+        assert 'holds back none of the' in capsys.readouterr().err
+    assert rdl(['replay', str(bag), '--command-topic', '/nope', '--out', out]) == 2
+    err = capsys.readouterr().err
+    assert "command topic '/nope' is not in the bag" in err and "['/joint_states']" in err
+    assert not (tmp_path / 'r').exists()

@@ -612,6 +612,15 @@ def log_skipped(path: PathLike, arrays: 'TopicArrays') -> None:
                     ', '.join(f'{n} {k}' for k, n in skipped.items()))
 
 
+def no_throttle(source: PathLike, why: str, hint: str) -> str:
+    """
+    Return the refusal of a drive whose every throttle would count as 0, saying why.
+
+    Such a drive (a deadman never held, bags and CSVs alike) would be learned as coasting.
+    """
+    return f'{source}: {why}: every throttle would count as 0; {hint}'
+
+
 def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
                         command_topic: str = CAR_COMMAND_TOPIC,
                         mapping: CommandMapping = CommandMapping(),
@@ -651,9 +660,9 @@ def read_car_trajectory(path: PathLike, pose_topic: str = CAR_POSE_TOPIC,
     if safety_button is not None:
         held = commands.fields['safety'] > 0
         if not held.any():
-            raise ValueError(f'{path}: safety button {safety_button} is never held in the '
-                             f"{len(commands)} Joy messages on '{command_topic}': every "
-                             'throttle would count as 0; check the button index')
+            raise ValueError(no_throttle(path, f'safety button {safety_button} is never held in '
+                                               f'the {len(commands)} Joy messages on '
+                                               f"'{command_topic}'", 'check the button index'))
         throttle = np.where(held, throttle, 0.0)
     command_values = np.stack([throttle, commands.fields['steering']], 1)
     actions, valid = hold_last(commands.receive_ns, command_values, poses.receive_ns)

@@ -28,6 +28,12 @@ WINDOW_SAMPLES = 5
 # Glitches are a few states: a twentieth of them (DART: none) over 10 times max_speed is a
 # unit error (positions in mm), whose standstills alone would otherwise be kept.
 UNIT_ERROR_SHARE, UNIT_ERROR_FACTOR = 0.05, 10.0
+# Degrees scale yaw rates by 57 only: a car turning at 1-3 rad/s then reads over max_yaw_rate
+# (15 rad/s, beyond any car; DART: none), which 10 times it would miss. So a twentieth of the
+# states over max_yaw_rate itself is a unit error (yaw in degrees).
+YAW_UNIT_ERROR_FACTOR = 1.0
+# No mocap streams slower than this (s per sample): a longer median period is a time in ms.
+MAX_SAMPLE_PERIOD_S = 1.0
 MIN_WINDOW_S = 0.1
 # Held-out DART drives: one free-driving and one steering-identification recording (the
 # rest, 15 files and about 12 minutes, train). Chosen so both kinds of driving are tested.
@@ -162,6 +168,20 @@ def _finite_rows(trajectories: Sequence[Trajectory]) -> Tuple[List[Trajectory], 
     return out, dropped
 
 
+def _check_time_unit(trajectories: Sequence[Trajectory], periods: Sequence[float]) -> None:
+    """
+    Refuse a drive sampled slower than any mocap: its time is in ms, not s.
+
+    Why: the drive then read as hours of driving, cut into nothing at every sample, and the
+    error blamed too little driving.
+    """
+    for trajectory, period in zip(trajectories, periods):
+        if period > MAX_SAMPLE_PERIOD_S:
+            raise ValueError(f'{trajectory.source}: a sample every {period:g} s '
+                             f'({1.0 / period:.3g} Hz) is slower than any mocap: time in ms? '
+                             'Convert it to seconds')
+
+
 def split_at_gaps(trajectories: Sequence[Trajectory], max_gap_s: float,
                   min_duration_s: float = 0.2) -> List[Trajectory]:
     """Split drives where samples are missing for more than max_gap_s; drop short pieces."""
@@ -190,7 +210,8 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
     of MIN_WINDOW_S and WINDOW_SAMPLES periods) on a `fine_dt` grid (offline, zero phase),
     then sampled every h seconds; the action of a step is the mean command over it. Runs of
     states faster than max_speed (m/s) or max_yaw_rate (rad/s), mocap glitches, are cut out
-    (counted in info 'cut_too_fast').
+    (counted in info 'cut_too_fast'); unit errors (positions in mm, yaw in degrees, time in
+    ms) are refused, naming the unit.
     """
     stride = int(round(h / fine_dt))
     if stride < 1 or abs(stride * fine_dt - h) > 1e-9:
@@ -199,6 +220,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
     period = sample_period(trajectories)
     # Per drive: a 20 Hz file among 240 Hz ones would be cut at every sample by their gap.
     periods = [sample_period([t]) if len(t) > 1 else period for t in trajectories]
+    _check_time_unit(trajectories, periods)
     gaps = [max(MIN_GAP_S, GAP_PERIODS * p) if max_gap_s is None else float(max_gap_s)
             for p in periods]
     windows = [max(MIN_WINDOW_S, WINDOW_SAMPLES * p) if window_s is None else window_s
@@ -209,7 +231,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
     pieces = [(piece, window) for trajectory, gap, window in zip(trajectories, gaps, windows)
               for piece in split_at_gaps([trajectory], gap, max(0.2, 2 * window))]
     observations, actions, segments = [], [], []
-    count = too_fast = absurd = judged = 0
+    count = too_fast = absurd = spinning = judged = 0
     for trajectory, window in pieces:
         grid, states = offline_body_states(trajectory.time, trajectory.observations, fine_dt,
                                            window)
@@ -223,6 +245,7 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
         # Mocap glitches show as impossible velocities: keep only runs of plausible states.
         speed = np.hypot(coarse[:, 3], coarse[:, 4])
         absurd += int((speed > UNIT_ERROR_FACTOR * max_speed).sum())
+        spinning += int((np.abs(coarse[:, 5]) > YAW_UNIT_ERROR_FACTOR * max_yaw_rate).sum())
         judged += len(speed)
         plausible = ((speed < max_speed)
                      & (np.abs(coarse[:, 5]) < max_yaw_rate))
@@ -241,6 +264,10 @@ def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0
                          f'{UNIT_ERROR_FACTOR * max_speed:g} m/s, {UNIT_ERROR_FACTOR:g} times '
                          f'--max-speed: positions in mm (a mocap streaming millimetres)? '
                          'Convert them to metres')
+    if spinning > UNIT_ERROR_SHARE * judged:
+        raise ValueError(f'{spinning} of {judged} states turn faster than '
+                         f'{YAW_UNIT_ERROR_FACTOR * max_yaw_rate:g} rad/s (--max-yaw-rate): '
+                         'yaw in degrees? Convert it to radians')
     if not observations:   # name both causes: a too low max_speed also leaves no transition
         raise ValueError(f'no drive is long enough for one transition (detected '
                          f'{1.0 / period:.1f} Hz, gaps over {max(gaps):.3f} s split drives; '

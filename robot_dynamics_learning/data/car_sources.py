@@ -89,11 +89,11 @@ def car_csv_files(root: Path) -> List[Path]:
 
 def load_car_csvs(files: Sequence[Path], options: BagOptions = BagOptions()
                   ) -> List[Trajectory]:
-    """Load DART-style CSV files; a file that cannot be read is skipped with its reason."""
+    """Load DART-style CSV files; one unreadable or without throttle is skipped, with why."""
     drives, reasons = [], []
     for path in files:
         try:
-            drives.append(load_rc_car(path))
+            drives.append(with_throttle(load_rc_car(path)))
         except (ValueError, OSError) as error:
             LOG.warning('skipping %s', error)
             reasons.append(str(error))
@@ -101,6 +101,16 @@ def load_car_csvs(files: Sequence[Path], options: BagOptions = BagOptions()
         raise ValueError(f'none of the {len(files)} CSV files could be read; the first: '
                          f'{reasons[0]}')
     return oriented(drives, options)
+
+
+def with_throttle(drive: Trajectory) -> Trajectory:
+    """Return a CSV drive, refused when its throttle, masked by safety_value, is 0 throughout."""
+    throttle = drive.actions[:, 0]
+    if not np.any(np.abs(throttle) > 0):   # NaN too
+        raise ValueError(bag_io.no_throttle(
+            drive.source, f'safety_value is never 1 or the throttle is 0 in all {throttle.size} '
+                          'rows', 'check the safety_value and throttle columns'))
+    return drive
 
 
 def load_car_bags(paths: Sequence[Path], options: BagOptions = BagOptions(),

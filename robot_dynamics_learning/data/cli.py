@@ -37,7 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument('--topic', required=True, help='topic to export, e.g. /joint_states')
     export.add_argument('--format', choices=('npz', 'csv'), default='npz',
                         help='output format (default npz)')
-    export.add_argument('--out', required=True, type=Path, help='output file')
+    export.add_argument('--out', required=True, type=Path,
+                        help='output file (npz: .npz is appended unless it ends so)')
+    export.add_argument('--force', action='store_true',
+                        help='overwrite an existing output file (default: refuse)')
     export.add_argument('--joints', nargs='+', metavar='NAME',
                         help='JointState: joints to keep, in this order (default: the first '
                              "message's names)")
@@ -155,6 +158,7 @@ def _columns(arrays: bag_io.TopicArrays):
 
 
 def _bag_export(args: argparse.Namespace) -> int:
+    out = _export_path(args.out, args.format, args.force)   # before a long read
     mapping = CommandMapping(args.throttle_axis, args.steering_axis, args.throttle_scale,
                              args.steering_scale)
     arrays = bag_io.read_topic(args.bag, args.topic, joint_names=args.joints,
@@ -162,25 +166,43 @@ def _bag_export(args: argparse.Namespace) -> int:
                                velocity=FieldNeed(args.velocity),
                                effort=FieldNeed(args.effort), mapping=mapping,
                                typestore=args.typestore, progress=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if len(arrays) == 0:   # an empty npz failed later, in training, on a reshape
+        raise ValueError(f'{args.bag}: no valid message on {args.topic} to export (read: '
+                         f'{arrays.rejections}); nothing written')
+    out.parent.mkdir(parents=True, exist_ok=True)
     if args.format == 'npz':
         meta = {'topic': arrays.topic, 'msgtype': arrays.msgtype,
                 'stamp_source': arrays.stamp_source, 'frame_id': arrays.frame_id,
                 'rejections': arrays.rejections}
-        np.savez(args.out, stamp_ns=arrays.stamp_ns, receive_ns=arrays.receive_ns,
+        np.savez(out, stamp_ns=arrays.stamp_ns, receive_ns=arrays.receive_ns,
                  joint_names=np.array(arrays.joint_names, dtype=str), meta=json.dumps(meta),
                  **arrays.fields)
     else:
         columns = list(_columns(arrays))
-        with open(args.out, 'w', newline='') as handle:
+        with open(out, 'w', newline='') as handle:
             writer = csv.writer(handle)
             writer.writerow(['stamp_ns', 'receive_ns'] + [name for name, _ in columns])
             for i in range(len(arrays)):
                 writer.writerow([int(arrays.stamp_ns[i]), int(arrays.receive_ns[i])]
                                 + [repr(float(values[i])) for _, values in columns])
-    print(f'{args.topic} ({arrays.msgtype}): {len(arrays)} messages -> {args.out}; '
+    print(f'{args.topic} ({arrays.msgtype}): {len(arrays)} messages -> {out}; '
           f'{arrays.rejections}')
     return 0
+
+
+def _export_path(out: Path, file_format: str, force: bool) -> Path:
+    """
+    Return the file the export writes (np.savez appends .npz), refusing to overwrite one.
+
+    Why: an export over an existing file (a bag's metadata.yaml) lost it without a word.
+    """
+    if file_format == 'npz' and out.suffix != '.npz':
+        out = out.with_name(out.name + '.npz')
+    if out.is_dir():
+        raise ValueError(f'{out} is a folder; --out names the file to write')
+    if out.exists() and not force:
+        raise ValueError(f'{out} exists already; pass --force to overwrite it')
+    return out
 
 
 def _data_to_bag(args: argparse.Namespace) -> int:

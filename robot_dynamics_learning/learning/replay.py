@@ -43,6 +43,7 @@ BLOCK_REFIT_MODELS = ('gp',)   # fitted by `fit_data`, refitted on past training
 MODELS = STREAMED_MODELS + ('rigid_body',) + BLOCK_REFIT_MODELS
 BASELINES = ('previous_torque', 'linear_regression', 'rigid_body')
 COMMAND_TOPIC = '/effort_controller/commands'   # the node's default command_topic
+MIN_SCORED = 2   # predicted samples a replay needs: the report's scores take at least 2
 
 
 # How reports name a stream's `velocity_source`.
@@ -269,6 +270,18 @@ class StreamRecorder:
             times='arrival' if self.parser.times.receipt else 'header')
 
 
+def check_command_topic(bag: Path, topic: str, types: Dict[str, str]) -> None:
+    """
+    Refuse a torque command topic the bag lacks, or of another type, naming the bag's topics.
+
+    Why: when the joint states carry effort the topic is never read, so a typo went unnoticed.
+    """
+    if types.get(topic) != FLOAT64_MULTI_ARRAY:
+        found = f'is {types[topic]}' if topic in types else 'is not in the bag'
+        raise ValueError(f"{bag}: command topic '{topic}' {found}, not a "
+                         f'{FLOAT64_MULTI_ARRAY} topic; the bag has {sorted(types)}')
+
+
 def read_joint_stream(bag: Path, topic: Optional[str] = None,
                       command_topic: Optional[str] = None,
                       joint_names: Optional[Sequence[str]] = None, time_reset_s: float = 0.5,
@@ -295,6 +308,9 @@ def read_joint_stream(bag: Path, topic: Optional[str] = None,
         connections = [c for c in reader.connections if c.topic == topic]
         recorder = StreamRecorder(joint_names, time_reset_s, joint_settle_s, velocity_source,
                                   velocity_window, stamp_source)
+        if command_topic is not None:
+            check_command_topic(bag, command_topic, {c.topic: c.msgtype
+                                                     for c in reader.connections})
         has_commands = any(c.topic == (command_topic or COMMAND_TOPIC)
                            and c.msgtype == FLOAT64_MULTI_ARRAY for c in reader.connections)
         first_ns = reader.start_time
@@ -656,6 +672,38 @@ class ReplayResult:
     bag: str = ''
 
 
+def check_predicted(stream: JointStream, features: Features, accel_window: int) -> None:
+    """Refuse a stream with fewer than 2 samples past the warm-up: nothing could be scored."""
+    predicted = int(features.valid.sum())
+    if predicted < MIN_SCORED:
+        raise ValueError(f'{stream.topic}: too few samples to replay: {len(stream)} accepted, '
+                         f'{predicted} of them past the {accel_window}-sample warm-up of the '
+                         f'acceleration estimate (accel_window), {MIN_SCORED} needed; record '
+                         'a longer bag')
+
+
+def check_split(stream: JointStream, holdout: Holdout, held: np.ndarray,
+                trained: np.ndarray) -> None:
+    """
+    Refuse blocks that hold back none (or all) of the predicted samples, naming good lengths.
+
+    Why: the report then silently scored the other split, its verdict no longer on unseen data.
+    """
+    if holdout.mode == 'none' or (held.any() and trained.any()):
+        return
+    if holdout.mode == 'every':
+        period = 1.0 / stream.rate_hz if np.isfinite(stream.rate_hz) else 0.0
+        advice = (f'a --block-s between {period:.3g} s (one sample) and '
+                  f'{stream.duration_s / holdout.every:.3g} s')
+    else:
+        advice = (f'a --block-s under {(1.0 - holdout.fraction) * stream.duration_s:.3g} s or '
+                  'a smaller after:F')
+    raise ValueError(f'--holdout {holdout.mode} with --block-s {holdout.block_s:g} holds back '
+                     f"{'all' if held.any() else 'none'} of the {int((held | trained).sum())} "
+                     f'predicted samples ({stream.duration_s:.3g} s of bag): choose {advice}, '
+                     'or --holdout none')
+
+
 def replay(stream: JointStream, models: Sequence[str], urdf: Optional[str],
            params: Dict[str, Any], holdout: Holdout, seed: int = 0,
            progress: bool = False) -> ReplayResult:
@@ -674,7 +722,9 @@ def replay(stream: JointStream, models: Sequence[str], urdf: Optional[str],
     torch.set_num_threads(int(params.get('torch_threads', 1)))
     config = from_values(DynamicsLearnerConfig, params, 'learner params').learner_config()
     features = stream_features(stream, int(params['accel_window']))
+    check_predicted(stream, features, int(params['accel_window']))
     blocks, held_out = holdout.blocks(stream.receive_s)
+    check_split(stream, holdout, features.valid & held_out, features.valid & ~held_out)
     skipped: Dict[str, str] = {}
     runs = [previous_torque(features),
             linear_regression(features, stream.tau, blocks, held_out)]

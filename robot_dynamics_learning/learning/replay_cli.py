@@ -62,6 +62,8 @@ def run_replay(args: argparse.Namespace) -> int:
     """Read the bag, replay the models, write the report and print the verdict."""
     from robot_dynamics_learning.learning import replay, report
 
+    if args.block_s is not None and not args.block_s > 0:   # NaN too
+        raise ValueError(f'--block-s must be > 0 seconds, got {args.block_s:g}')
     params = replay.load_learner_params(args.params)
     if args.seed is not None:
         params['seed'] = args.seed
@@ -93,7 +95,7 @@ def run_replay(args: argparse.Namespace) -> int:
         skipped = {m: refused for m in dict.fromkeys(models + ['rigid_body'])
                    if m in replay.URDF_MODELS}
         models = [m for m in models if m not in skipped]
-    block_s = args.block_s or max(stream.duration_s / 20, 1e-3)
+    block_s = args.block_s if args.block_s is not None else max(stream.duration_s / 20, 1e-3)
     result = replay.replay(stream, models, None if refused else args.urdf,
                            params, replay.Holdout.parse(args.holdout, block_s),
                            int(params.get('seed', 0)), progress=True)
