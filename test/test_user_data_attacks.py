@@ -531,3 +531,13 @@ def test_a_time_column_in_another_unit_than_seconds_is_refused(tmp_path):
         for cells in (line.split(',') for line in lines[1:])])
     with pytest.raises(ValueError, match=r'samples 2e\+06 s apart .*rename the column'):
         load_trajectory(epoch_ns)
+
+
+def test_a_header_written_as_a_comment_by_numpy_is_the_header(tmp_path):
+    plain = _csv(tmp_path / 'plain.csv')
+    table = read_table(plain)
+    saved = tmp_path / 'savetxt.csv'   # np.savetxt's default: '# time,q_0,...'
+    np.savetxt(saved, np.column_stack(list(table.values())), delimiter=',',
+               header=','.join(table))
+    assert saved.read_text().startswith('# time,q_0')
+    np.testing.assert_array_equal(load_trajectory(saved).q, load_trajectory(plain).q)

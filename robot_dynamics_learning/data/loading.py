@@ -580,10 +580,22 @@ def read_table(path: Union[str, Path]) -> Dict[str, np.ndarray]:
 
 
 def _data_lines(handle) -> Iterator[Tuple[int, str]]:
-    """Yield (line number, line) of a text file, less blank lines and '#' comments."""
+    """
+    Yield (line number, line) of a text file, less blank lines and '#' comments.
+
+    A comment right above a first line of numbers is its header: `np.savetxt` writes the
+    header as '# time,q_0,...' unless told `comments=''`.
+    """
+    comment, first = None, True
     for number, line in enumerate(handle, 1):
         stripped = line.strip()
-        if stripped and not stripped.startswith('#'):
+        if stripped.startswith('#'):
+            comment = (number, stripped.lstrip('#').strip())
+        elif stripped:
+            if first and comment is not None and all(
+                    _is_number(cell) for cell in re.split('[,;\t]', stripped)):
+                yield comment
+            first, comment = False, None
             yield number, line.rstrip('\r\n')
 
 
