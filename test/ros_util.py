@@ -137,6 +137,12 @@ def watch_diagnostics(node: Node, node_name: str) -> Dict[str, str]:
     return latest
 
 
+# Seconds between the messages of a test that needs a learner to see (nearly) every one: its
+# best-effort queue holds 20, and a URDF model took 2 ms a message in a loaded CI run, which
+# dropped 35 % of a 1 kHz stream and never finished the 2000-sample audit.
+LEARNER_PACE_S = 0.003
+
+
 @contextmanager
 def learner_and_arm(log: Path, params: Dict[str, object], probe: str) -> Iterator[tuple]:
     """

@@ -13,8 +13,8 @@ from robot_dynamics_learning.learning.learner_params import DynamicsLearnerConfi
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
 from robot_dynamics_learning.resources import resource
-from ros_util import (learner_and_arm, start_node, stop_node, TestNode, wait_for,
-                      watch_diagnostics, watch_predictions)
+from ros_util import (learner_and_arm, LEARNER_PACE_S, start_node, stop_node, TestNode,
+                      wait_for, watch_diagnostics, watch_predictions)
 from test_velocity_check import _arm, URDF
 import torch
 
@@ -108,7 +108,7 @@ def test_dynamics_learner_learns_from_a_driver_that_publishes_positions_only(tmp
             stamp = 10**9 + int(round(t * 1e9))
             torques[stamp] = tau
             publisher.publish(joint_state_msg(stamp, ['joint1', 'joint2'], q, None, tau))
-            time.sleep(0.001)
+            time.sleep(LEARNER_PACE_S)
         assert wait_for(lambda: values.get('data_audit') == 'passed', 20), \
             (values, log.read_text())
         assert wait_for(lambda: int(values.get('velocity_derived', 0)) > 2000, 10), values

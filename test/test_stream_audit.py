@@ -11,7 +11,7 @@ from robot_dynamics_learning.dynamics import load_urdf, rnea
 from robot_dynamics_learning.learning import replay_cli
 from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
-from ros_util import learner_and_arm, wait_for, watch_diagnostics
+from ros_util import learner_and_arm, LEARNER_PACE_S, wait_for, watch_diagnostics
 from test_velocity_check import _arm, _csv, CONFIGS, URDF
 import torch
 
@@ -111,7 +111,7 @@ def test_dynamics_learner_stops_on_flipped_torques_and_says_why(tmp_path):
         values = watch_diagnostics(probe, 'dynamics_learner')
         for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau):
             publisher.publish(joint_state_msg(10**9 + int(t * 1e9), JOINTS, q, qd, -tau))
-            time.sleep(0.001)
+            time.sleep(LEARNER_PACE_S)
         assert wait_for(lambda: 'data refused' in log.read_text(), 20), log.read_text()
         assert wait_for(lambda: values.get('data_audit') == 'refused', 5), values
     text = log.read_text()
@@ -128,7 +128,7 @@ def test_dynamics_learner_judges_velocities_once_the_robot_moves(tmp_path):
         values = watch_diagnostics(probe, 'dynamics_learner')
         for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau):
             publisher.publish(joint_state_msg(10**9 + int(t * 1e9), JOINTS, q, qd, tau))
-            time.sleep(0.001)
+            time.sleep(LEARNER_PACE_S)
         assert wait_for(lambda: 'data refused' in log.read_text(), 20), log.read_text()
         assert wait_for(lambda: values.get('data_audit') == 'refused', 5), values
     text = log.read_text()
