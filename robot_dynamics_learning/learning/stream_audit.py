@@ -83,18 +83,19 @@ class StreamAudit:
         return fresh
 
     def _judge_window(self) -> None:
+        first = not self.done
+        if first:
+            self.unmoved = list(self.joint_names)   # until a window shows them moving
         try:
             pieces = self._pieces()
         except ValueError as error:   # too short between gaps to judge: not the data's fault
-            if not self.done:
+            if first:
                 self.warnings.append(f'data audit skipped: {error}')
-                self.unmoved = list(self.joint_names)
-            pieces = None
-        if pieces is not None and not self.done:
-            self.unmoved = list(self.joint_names)   # until `_judge` finds them moving
-            self._judge(pieces)
-        elif pieces is not None:
-            self._judge_unmoved(pieces)
+        else:
+            if first:
+                self._judge(pieces)
+            else:
+                self._judge_unmoved(pieces)
         self.done, self._rows = True, []
 
     def _judge(self, pieces: List[Trajectory]) -> None:
