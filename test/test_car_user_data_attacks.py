@@ -1,6 +1,7 @@
 """A user's damaged car recordings: each is read as far as it is usable, or named in one line."""
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from robot_dynamics_learning.control.car_training import (build_car_model, car_d
                                                           StopRule, train_car)
 from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset
-from robot_dynamics_learning.data.car_sources import BagOptions, load_car_drives
+from robot_dynamics_learning.data.car_sources import (BagOptions, car_csv_files, load_car_csvs,
+                                                      load_car_drives, oriented)
 from robot_dynamics_learning.data.messages import CommandMapping, JOY, POSE_STAMPED
 from robot_dynamics_learning.data.trajectory import Trajectory
 from robot_dynamics_learning.signals.estimator_check import window_for_rate
@@ -449,11 +451,13 @@ def test_mocap_poses_of_other_common_types_read_as_posestamped_does(tmp_path, ms
     np.testing.assert_array_equal(drives[0].actions, reference[0].actions)
 
 
+def _fixture_drives():
+    return load_car_csvs(car_csv_files(Path(__file__).parent / 'fixtures' / 'data' /
+                                       'rc_car_dart'))
+
+
 def test_positions_in_millimetres_are_named_not_cut_into_standstills():
-    from pathlib import Path
-    from robot_dynamics_learning.data.car_sources import car_csv_files, load_car_csvs
-    drives = load_car_csvs(car_csv_files(Path(__file__).parent / 'fixtures' / 'data' /
-                                         'rc_car_dart'))
+    drives = _fixture_drives()
     assert car_dataset(drives, 0.05).info['cut_too_fast'] < 10
     millimetres = [Trajectory(time=d.time, actions=d.actions,
                               observations=d.observations * np.array([1000.0, 1000.0, 1.0]))
@@ -464,10 +468,7 @@ def test_positions_in_millimetres_are_named_not_cut_into_standstills():
 
 
 def test_yaw_in_degrees_is_named_not_cut_into_slow_driving():
-    from pathlib import Path
-    from robot_dynamics_learning.data.car_sources import car_csv_files, load_car_csvs
-    drives = load_car_csvs(car_csv_files(Path(__file__).parent / 'fixtures' / 'data' /
-                                         'rc_car_dart'))
+    drives = _fixture_drives()
     degrees = [Trajectory(time=d.time, actions=d.actions,
                           observations=d.observations * np.array([1.0, 1.0, 180 / np.pi]))
                for d in drives]
@@ -497,3 +498,15 @@ def test_a_time_column_in_milliseconds_is_named_not_read_as_hours_of_driving(tmp
     # Before: "39990.2 s of driving is too little to hold back blocks of 5 s".
     with pytest.raises(ValueError, match=r'a sample every 10 s \(0\.1 Hz\).*time in ms\?'):
         car_data('csv', 0.05, paths=[recording])
+
+
+def test_yaw_in_degrees_is_named_before_the_heading_check_blames_the_rigid_body():
+    drives = _fixture_drives()
+    oriented(drives, BagOptions())   # radians: passes
+    degrees = [Trajectory(time=d.time, actions=d.actions,
+                          observations=d.observations * np.array([1.0, 1.0, 180 / np.pi]))
+               for d in drives]
+    # Before: "the car travels sideways ... Add -90 deg to the yaw (--yaw-offset-deg)".
+    with pytest.raises(ValueError, match=r'turn faster than 15 rad/s: yaw in degrees\?') as err:
+        oriented(degrees, BagOptions())
+    assert 'yaw-offset' not in str(err.value)

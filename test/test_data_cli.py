@@ -71,12 +71,19 @@ def test_export_prints_the_file_written_and_never_overwrites_without_force(schun
     assert main(argv + [str(metadata), '--format', 'csv']) == 2   # it overwrote metadata.yaml
     assert f'{metadata} exists already; pass --force' in capsys.readouterr().err
     assert metadata.read_bytes() == before
-    table = schunk_bag.parent / 'x.csv'   # default npz: np.savez writes x.csv.npz
+    table = schunk_bag.parent / 'x.csv'   # no --format: csv from the suffix
     assert main(argv + [str(table)]) == 0
-    assert capsys.readouterr().out.strip().split('-> ')[1].startswith(f'{table}.npz;')
-    assert np.load(f'{table}.npz')['position'].shape[0] > 0 and not table.exists()
+    assert capsys.readouterr().out.strip().split('-> ')[1].startswith(f'{table};')
+    assert table.read_text().startswith('stamp_ns,receive_ns,')
     assert main(argv + [str(table)]) == 2
     assert main(argv + [str(table), '--force']) == 0
+    # --format npz with another suffix: np.savez appends .npz, and the output says so.
+    capsys.readouterr()
+    assert main(argv + [str(table), '--format', 'npz']) == 0
+    assert capsys.readouterr().out.strip().split('-> ')[1].startswith(f'{table}.npz;')
+    assert np.load(f'{table}.npz')['position'].shape[0] > 0
+    plain = schunk_bag.parent / 'y'   # neither suffix: npz
+    assert main(argv + [str(plain)]) == 0 and np.load(f'{plain}.npz')['position'].size
 
 
 def test_export_of_a_topic_without_a_valid_message_is_an_error(tmp_path, capsys):

@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from robot_dynamics_learning.control.car_evaluation import (evaluate_car_model,
                                                             trajectory_validation_error)
 from robot_dynamics_learning.core_types import SequenceBatch
-from robot_dynamics_learning.data.car_datasets import car_dataset, CarDataset, dart_split
+from robot_dynamics_learning.data.car_datasets import (car_dataset, CarDataset, dart_split,
+                                                       MAX_YAW_RATE)
 from robot_dynamics_learning.data.car_sources import (BagOptions, car_source_files,
                                                       load_car_drives)
 from robot_dynamics_learning.learning.checkpoint import load_checkpoint, save_checkpoint
@@ -78,7 +79,7 @@ def car_data(source: str, h: float, minutes: float = 15.0, seed: int = 0,
              paths: Sequence[Path] = (), test_paths: Sequence[Path] = (),
              options: BagOptions = BagOptions(), params: CarParams = CarParams(),
              max_gap_s: Optional[float] = None, max_speed: float = 8.0,
-             max_yaw_rate: float = 15.0, progress: bool = False, test_only: bool = False
+             max_yaw_rate: float = MAX_YAW_RATE, progress: bool = False, test_only: bool = False
              ) -> Tuple[CarDataset, CarDataset]:
     """
     Return (train, test) data sets of model transitions at step h.

@@ -28,7 +28,7 @@ from robot_dynamics_learning.control.demo_lap import (DEFAULT_MODEL, DEFAULT_TRA
 from robot_dynamics_learning.control.refine import refine_on_scenarios
 from robot_dynamics_learning.control.scenarios import plot_scenarios, run_all
 from robot_dynamics_learning.data.bag_io import CAR_COMMAND_TOPIC, CAR_POSE_TOPIC
-from robot_dynamics_learning.data.car_datasets import car_dataset
+from robot_dynamics_learning.data.car_datasets import car_dataset, MAX_YAW_RATE
 from robot_dynamics_learning.data.car_sources import BagOptions, load_car_bags, SOURCES
 from robot_dynamics_learning.data.messages import CommandMapping
 from robot_dynamics_learning.params import load_node_config
@@ -225,7 +225,7 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
                              '0.25 s at 20 Hz)')
     parser.add_argument('--max-speed', type=_positive_float, default=8.0,
                         help='fastest plausible speed (m/s); faster states are mocap glitches')
-    parser.add_argument('--max-yaw-rate', type=_positive_float, default=15.0,
+    parser.add_argument('--max-yaw-rate', type=_positive_float, default=MAX_YAW_RATE,
                         help='fastest plausible yaw rate (rad/s)')
     parser.add_argument('--minutes', type=_positive_float, default=15.0,
                         help='simulated driving to collect (source sim)')

@@ -32,6 +32,7 @@ UNIT_ERROR_SHARE, UNIT_ERROR_FACTOR = 0.05, 10.0
 # (15 rad/s, beyond any car; DART: none), which 10 times it would miss. So a twentieth of the
 # states over max_yaw_rate itself is a unit error (yaw in degrees).
 YAW_UNIT_ERROR_FACTOR = 1.0
+MAX_YAW_RATE = 15.0   # rad/s: faster states are mocap glitches (the default of max_yaw_rate)
 # No mocap streams slower than this (s per sample): a longer median period is a time in ms.
 MAX_SAMPLE_PERIOD_S = 1.0
 MIN_WINDOW_S = 0.1
@@ -199,7 +200,8 @@ def split_at_gaps(trajectories: Sequence[Trajectory], max_gap_s: float,
 
 def car_dataset(trajectories: Sequence[Trajectory], h: float, fine_dt: float = 0.01,
                 window_s: Optional[float] = None, max_gap_s: Optional[float] = None,
-                max_speed: float = 8.0, max_yaw_rate: float = 15.0) -> CarDataset:
+                max_speed: float = 8.0, max_yaw_rate: float = MAX_YAW_RATE
+                ) -> CarDataset:
     """
     Turn mocap drives (observations [x, y, yaw], actions, 20-240 Hz) into model transitions.
 

@@ -11,13 +11,14 @@ of the heading. The commands are judged the same way: forward travel under a neg
 throttle is a throttle of the other sign, a yaw rate against steering x vx a steering of
 the other sign (DART pooled correlation +0.95); a reversed heading flips the second too.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import math
 from typing import Optional, Sequence
 
 import numpy as np
+from robot_dynamics_learning.data.car_datasets import MAX_YAW_RATE, UNIT_ERROR_SHARE
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.signals.offline import savgol_derivative
+from robot_dynamics_learning.signals.offline import savgol_at_stamps
 
 MIN_SPEED = 0.5   # m/s: slower travel gives a noisy direction
 MIN_MOVING = 50   # samples at speed needed to judge
@@ -42,7 +43,8 @@ class HeadingVerdict:
     relative to the heading, the yaw offset that would align the two; steering: the
     correlation of the yaw rate with steering x vx (positive steering turns left, REP 103;
     None without steering); pulled: share of the forward travel under a negative throttle
-    (None without throttle or with too few).
+    (None without throttle or with too few); spinning: share of all samples turning faster
+    than `MAX_YAW_RATE` (a yaw in degrees, named instead of a heading problem it causes).
     """
 
     moving: int
@@ -51,9 +53,20 @@ class HeadingVerdict:
     offset_deg: float
     steering: Optional[float] = None
     pulled: Optional[float] = None
+    spinning: float = 0.0
 
     def problem(self) -> Optional[str]:
         """Return why the heading is not the car's forward axis, or None."""
+        found = self._heading_problem()
+        if found is None:
+            return None
+        # A yaw in degrees turns 57 times too fast and points the heading anywhere.
+        if self.spinning > UNIT_ERROR_SHARE:
+            return (f'{self.spinning:.0%} of the samples turn faster than {MAX_YAW_RATE:g} '
+                    'rad/s: yaw in degrees? Convert it to radians')
+        return found
+
+    def _heading_problem(self) -> Optional[str]:
         if self.moving < MIN_MOVING:
             return None
         if self.sideways > MAX_OFF_SHARE:
@@ -143,8 +156,7 @@ def tilt_problem(quaternions: np.ndarray) -> Optional[str]:
 def body_velocity(drive: Trajectory) -> np.ndarray:
     """Return (T, 2) zero-phase body-frame velocities [vx, vy] of a drive [x, y, yaw]."""
     x, y, yaw = drive.observations[:, 0], drive.observations[:, 1], drive.observations[:, 2]
-    period = drive.dt
-    vx, vy = (savgol_derivative(p, period, VELOCITY_WINDOW_S, order=2, deriv=1)
+    vx, vy = (savgol_at_stamps(drive.time, p, VELOCITY_WINDOW_S, order=2, deriv=1)
               for p in (x, y))
     cos, sin = np.cos(yaw), np.sin(yaw)
     return np.stack([cos * vx + sin * vy, -sin * vx + cos * vy], axis=1)
@@ -162,14 +174,15 @@ def judge_drives(drives: Sequence[Trajectory]) -> HeadingVerdict:
                 continue
             commands = (piece.actions[:, :2] if piece.actions is not None
                         else np.full((len(piece), 2), np.nan))
-            yaw_rate = savgol_derivative(piece.observations[:, 2], piece.dt,
-                                         VELOCITY_WINDOW_S, order=2, deriv=1)
+            yaw_rate = savgol_at_stamps(piece.time, np.unwrap(piece.observations[:, 2]),
+                                        VELOCITY_WINDOW_S, order=2, deriv=1)
             parts.append(np.column_stack([body_velocity(piece), commands, yaw_rate]))
     if not parts:
         return HeadingVerdict(0, 0.0, None, 0.0)
     stacked = np.concatenate(parts)
-    return judge_travel(stacked[:, 0], stacked[:, 1], stacked[:, 2], stacked[:, 4],
-                        stacked[:, 3])
+    verdict = judge_travel(stacked[:, 0], stacked[:, 1], stacked[:, 2], stacked[:, 4],
+                           stacked[:, 3])
+    return replace(verdict, spinning=float(np.mean(np.abs(stacked[:, 4]) > MAX_YAW_RATE)))
 
 
 class TravelMonitor:

@@ -10,6 +10,7 @@ from robot_dynamics_learning.data import bag_io
 from robot_dynamics_learning.data.messages import CommandMapping, FieldNeed, TWIST, TWIST_STAMPED
 
 FIELD_NEEDS = [need.value for need in FieldNeed]
+EXPORT_FORMATS = ('npz', 'csv')
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     'fields (see docs/data.md).')
     export.add_argument('bag', metavar='BAG', type=Path, help='rosbag2 folder')
     export.add_argument('--topic', required=True, help='topic to export, e.g. /joint_states')
-    export.add_argument('--format', choices=('npz', 'csv'), default='npz',
-                        help='output format (default npz)')
+    export.add_argument('--format', choices=EXPORT_FORMATS, default=None,
+                        help='output format (default: csv for an --out ending .csv, else npz)')
     export.add_argument('--out', required=True, type=Path,
                         help='output file (npz: .npz is appended unless it ends so)')
     export.add_argument('--force', action='store_true',
@@ -158,7 +159,8 @@ def _columns(arrays: bag_io.TopicArrays):
 
 
 def _bag_export(args: argparse.Namespace) -> int:
-    out = _export_path(args.out, args.format, args.force)   # before a long read
+    file_format = args.format or ('csv' if args.out.suffix.lower() == '.csv' else 'npz')
+    out = _export_path(args.out, file_format, args.force)   # before a long read
     mapping = CommandMapping(args.throttle_axis, args.steering_axis, args.throttle_scale,
                              args.steering_scale)
     arrays = bag_io.read_topic(args.bag, args.topic, joint_names=args.joints,
@@ -170,7 +172,7 @@ def _bag_export(args: argparse.Namespace) -> int:
         raise ValueError(f'{args.bag}: no valid message on {args.topic} to export (read: '
                          f'{arrays.rejections}); nothing written')
     out.parent.mkdir(parents=True, exist_ok=True)
-    if args.format == 'npz':
+    if file_format == 'npz':
         meta = {'topic': arrays.topic, 'msgtype': arrays.msgtype,
                 'stamp_source': arrays.stamp_source, 'frame_id': arrays.frame_id,
                 'rejections': arrays.rejections}

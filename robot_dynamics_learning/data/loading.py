@@ -25,7 +25,7 @@ import zipfile
 import numpy as np
 from robot_dynamics_learning.data.trajectory import (check_time, default_joint_names, JOINT_FIELDS,
                                                      Trajectory)
-from robot_dynamics_learning.signals.offline import savgol_derivative
+from robot_dynamics_learning.signals.offline import savgol_at_stamps
 
 FIELDS = ('time', 'q', 'qd', 'qdd', 'tau', 'observations', 'actions')
 # Differentiator window: 31 ms suits 250 Hz-1 kHz arms (Kinova 31 ms, Schunk 44 ms).
@@ -392,8 +392,9 @@ def _usable_pieces(time: np.ndarray, bad: np.ndarray, derivative_window_s: Optio
                     source, len(pieces), GAP_PERIODS)
     steps = np.concatenate([np.diff(time[a:b]) for a, b in pieces])
     if steps.size and steps.max() > IRREGULAR_PERIODS * steps.min():
-        LOG.warning('%s: irregular sampling, periods %.3g to %.3g s; derivatives assume the '
-                    'median %.3g s', source, steps.min(), steps.max(), np.median(steps))
+        LOG.warning('%s: irregular sampling, periods %.3g to %.3g s (median %.3g s); '
+                    'derivatives are taken on an even resampling', source, steps.min(),
+                    steps.max(), np.median(steps))
     if derivative_window_s is not None and steps.size and \
             derivative_window_s < MIN_WINDOW_PERIODS * np.median(steps):
         LOG.warning('%s: the %g s window of the qd / qdd derivative spans under %d sample '
@@ -496,13 +497,11 @@ def trajectory_from_arrays(time: np.ndarray, q: Optional[np.ndarray] = None,
         if time.size < _derivative_rows(time, derivative_window_s):
             raise ValueError(f'{source}: {time.size} samples are too few to derive qd / qdd '
                              f'over {derivative_window_s} s (after a split: use larger blocks)')
-        period = float(np.median(np.diff(time)))
         if qd is None and q is not None:
-            qd = savgol_derivative(continuous_angles(q), period, derivative_window_s,
-                                   order=3, deriv=1)
+            qd = savgol_at_stamps(time, continuous_angles(q), derivative_window_s, deriv=1)
         if qdd is None:
-            qdd = savgol_derivative(np.asarray(qd, np.float64), period, derivative_window_s,
-                                    order=3, deriv=1)
+            qdd = savgol_at_stamps(time, np.asarray(qd, np.float64), derivative_window_s,
+                                   deriv=1)
     width = next((np.shape(a)[1] for a in (q, qd, tau) if a is not None and np.ndim(a) == 2), 0)
     names = list(joint_names) if joint_names else default_joint_names(width)
     return Trajectory(time=time, joint_names=names, q=q, qd=qd, qdd=qdd, tau=tau,

@@ -16,7 +16,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 from robot_dynamics_learning.data.loading import continuous_angles
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.signals.offline import savgol_derivative
+from robot_dynamics_learning.signals.offline import savgol_at_stamps
 
 LOG = logging.getLogger(__name__)
 MIN_SAMPLES = 100
@@ -89,8 +89,8 @@ def velocity_report(trajectories: Sequence[Trajectory], window_s: float) -> List
               and t.time[-1] - t.time[0] > 2 * window_s]
     if not pieces:
         return []
-    derived = np.concatenate([savgol_derivative(continuous_angles(t.q), t.dt, window_s,
-                                                order=3, deriv=1) for t in pieces])
+    derived = np.concatenate([savgol_at_stamps(t.time, continuous_angles(t.q), window_s,
+                                               deriv=1) for t in pieces])
     recorded = np.concatenate([t.qd for t in pieces])
     varies = recorded.std(axis=0) > 0
     moved = derived.std(axis=0) >= MIN_MOTION
