@@ -2,6 +2,7 @@
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 from robot_dynamics_learning import cli
 from robot_dynamics_learning.data import datasets
@@ -47,3 +48,26 @@ def test_rdl_train_and_identify_refuse_flipped_torques(tmp_path, capsys):
     config.write_text(CONFIGS['ffnn'])   # a learned model takes any sign
     assert cli.main(['train', '--config', str(config), '--out', str(tmp_path / 'ffnn'),
                      '--data', data]) == 0
+
+
+def test_rotor_inertia_and_friction_the_urdf_leaves_out_are_no_sign_error():
+    """
+    A geared joint's rotor inertia x qdd, in antiphase with the link's torque, is no sign.
+
+    As recorded it reads tau = -2.6 x the URDF torque (correlation -0.86): the shape of the
+    flaky refusal of the MuJoCo Panda's wrist (armature 0.03). Beside its own terms the
+    factor is 1; flipped or x1000 torques still fail.
+    """
+    arm = _arm(1200, 0.002)
+    robot = load_urdf(URDF)
+    qdd = np.gradient(arm.qd, arm.time, axis=0)
+    geared = dataclasses.replace(arm, qdd=qdd, tau=arm.tau + np.array([1.0, 0.0]) * (
+        10.0 * qdd + 0.3 * arm.qd + 0.5 * np.sign(arm.qd)))
+    joint = torque_report(robot, [geared])[0]
+    assert joint.correlation < -0.8 and joint.factor < -2   # as recorded: "the other sign"
+    assert 0.95 < joint.own_factor < 1.05 and joint.problem() is None
+    check_torques(robot, [geared], 'geared')
+    for scale, cause in ((-1.0, 'other sign convention'), (1000.0, 'another unit')):
+        with pytest.raises(ValueError, match=f'joint2: tau = .*{cause}'):
+            check_torques(robot, [dataclasses.replace(geared, tau=scale * geared.tau)],
+                          'geared')
