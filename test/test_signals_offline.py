@@ -75,3 +75,26 @@ def test_a_short_uneven_piece_is_filtered_over_its_length():
     t = np.cumsum([0.0, 2e-3, 2e-3, 1e-3, 2e-3, 2e-3, 1e-3, 1e-3, 2e-3, 2e-3])
     rate = savgol_at_stamps(t, 3 * t ** 2, 0.031, order=3, deriv=1)
     np.testing.assert_allclose(rate, 6 * t, atol=1e-3)
+
+
+def test_jittered_stamps_of_an_even_clock_are_read_as_its_ticks():
+    """
+    Stamps jittered by the transport, on a clock that lost samples: put on its ticks.
+
+    At their stamps (+-0.1 ms at 1 kHz) the sine's derivative is off by 0.42 % RMS; on the
+    ticks by 0.002 %. Without a lost sample (DART's stamps jitter by up to 20 %) the stamps
+    are filtered as they are.
+    """
+    rng = np.random.default_rng(1)
+    ticks = np.flatnonzero(rng.random(4000) >= 0.3)   # 1 kHz, 30 % lost
+    true_time = ticks * 1e-3
+    stamps = true_time + rng.uniform(-1e-4, 1e-4, true_time.size)
+    q = np.sin(2 * np.pi * 2.0 * true_time)
+    truth = 4 * np.pi * np.cos(4 * np.pi * true_time)
+    rate = savgol_at_stamps(stamps, q, 0.031, deriv=1)
+    assert np.sqrt(np.mean((rate - truth)[50:-50] ** 2)) / truth.std() < 1e-3
+    every = np.arange(4000) * 1e-3   # no loss: filtered as it is, whatever the jitter
+    jittered = every + rng.uniform(-2e-4, 2e-4, every.size)
+    np.testing.assert_array_equal(savgol_at_stamps(jittered, np.sin(every), 0.031, deriv=1),
+                                  savgol_derivative(np.sin(every), float(np.median(
+                                      np.diff(jittered))), 0.031, deriv=1))

@@ -3,9 +3,9 @@ import numpy as np
 from scipy.interpolate import CubicSpline
 from scipy.signal import savgol_filter
 
-# Stamps count as evenly spaced when every step is within this share of the median step
-# (file stamps rounded to the microsecond, nanosecond stamps of a simulator).
-UNIFORM_TOLERANCE = 1e-3
+# A step within this share of a period of a whole number of periods is an even clock's tick
+# count (stamps jittered by the transport); beyond, the stamps are the sample times.
+TICK_TOLERANCE = 0.25
 
 
 def savgol_derivative(signal: np.ndarray, dt: float, window_s: float, order: int = 3,
@@ -28,23 +28,36 @@ def savgol_derivative(signal: np.ndarray, dt: float, window_s: float, order: int
 def savgol_at_stamps(time: np.ndarray, signal: np.ndarray, window_s: float, order: int = 3,
                      deriv: int = 0) -> np.ndarray:
     """
-    `savgol_derivative` of samples at their own strictly increasing times (T,).
+    `savgol_derivative` of samples at their strictly increasing times (T,), some maybe lost.
 
-    Why: a stream that lost single messages (a learner behind under load) has steps of one,
-    two and three periods; a filter that assumes the median step misjudges each derivative by
-    the local step (the MuJoCo Panda with 35 % of messages lost: qdd off by 45 % RMS; 1-2 %
-    here). Uneven stamps are resampled by a cubic spline onto even steps no longer than the
-    median or the mean step (no fewer points than samples), filtered, and interpolated back;
-    even ones are filtered as they are. A piece shorter than `window_s` is filtered over its
-    whole length.
+    Why: a stream that lost single messages (a learner behind under load, a logger that
+    skipped rows) has steps of one, two and three periods; a filter that assumes one period
+    per step misjudges each derivative by the local step (the MuJoCo Panda with 35 % of
+    messages lost: qdd off by 45 % RMS; 1-2 % here). Steps of about one period each (the
+    DART mocap's stamps jitter by up to 20 %) are filtered as they are. Steps of about whole
+    periods are an even clock that lost ticks: each sample goes on its tick, a cubic spline
+    fills the lost ticks, and the filter runs on the ticks. Other steps are the sample times:
+    the spline resamples them onto even steps no longer than the median or the mean step,
+    and the filtered signal is interpolated back. A piece shorter than `window_s` is
+    filtered over its whole length.
     """
     time = np.asarray(time, dtype=np.float64)
     steps = np.diff(time)
     period = float(np.median(steps)) if steps.size else 0.0
-    if np.all(np.abs(steps - period) <= UNIFORM_TOLERANCE * period):
+    ticks = np.rint(steps / period) if period > 0 else steps
+    if np.all(ticks == 1):
         return savgol_derivative(signal, period, window_s, order, deriv)
     values = np.asarray(signal, dtype=np.float64)
     columns = values.reshape(len(time), -1)
+    if np.all(ticks >= 1):   # the clock's period, free of the jitter: span over its ticks
+        tick = float(time[-1] - time[0]) / ticks.sum()
+        ticks = np.rint(steps / tick)
+    if np.all(ticks >= 1) and np.all(np.abs(steps / tick - ticks) <= TICK_TOLERANCE):
+        at = np.concatenate([[0], np.cumsum(ticks)]).astype(int)
+        tick = float(time[-1] - time[0]) / at[-1]
+        filled = CubicSpline(at, columns, axis=0)(np.arange(at[-1] + 1))
+        window = min(window_s, at[-1] * tick)
+        return savgol_derivative(filled, tick, window, order, deriv)[at].reshape(values.shape)
     span = float(time[-1] - time[0])
     grid = np.linspace(time[0], time[-1], int(span / min(period, span / (len(time) - 1))
                                               + 1e-9) + 1)
