@@ -10,9 +10,11 @@ and Coulomb friction and an offset (fitted per joint), and of what the derivativ
 cannot follow (both low-passed at `CUTOFF_HZ`, zero phase). A joint is refused only where
 both ways find a factor under `MIN_FACTOR` or beyond `MAX_FACTOR` on a torque the URDF
 explains (|correlation| over `JUDGED`): a sign or unit error fails both, an effect of those
-terms at most one. Measured: on the MuJoCo Panda armature makes the wrist's factor 6-7 as
-recorded (next to the unit limit) and 1 after; a stuck, chattering wrist read -1.19 as
-recorded (correlation -0.98, a flaky CI refusal) and -4 / -0.77 after. On the Kinova
+terms at most one. Measured on the MuJoCo Panda (armature 0.03 at the wrist): as recorded
+the wrist's factor is 6-7, next to the unit limit, and it once read -1.19 (correlation -0.98:
+a flaky CI refusal), the shape a rotor inertia in antiphase with the link's torque gives
+(the test's geared joint: -2.6, correlation -0.86, and 1.0 beside its own terms); beside its
+own terms the judged joints read 0.92-0.99 and the wrist is not judged. On the Kinova
 recordings the joints where gravity and inertia dominate (correlation 0.95-0.99) have
 factors 1.2-2.9 both ways (the URDF's masses are not the arm's).
 """
