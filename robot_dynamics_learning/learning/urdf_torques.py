@@ -12,9 +12,10 @@ both ways find a factor under `MIN_FACTOR` or beyond `MAX_FACTOR` on a torque th
 explains (|correlation| over `JUDGED`): a sign or unit error fails both, an effect of those
 terms at most one. Measured on the MuJoCo Panda (armature 0.03 at the wrist): as recorded
 the wrist's factor is 6-7, next to the unit limit, and it once read -1.19 (correlation -0.98:
-a flaky CI refusal), the shape a rotor inertia in antiphase with the link's torque gives
-(the test's geared joint: -2.6, correlation -0.86, and 1.0 beside its own terms); beside its
-own terms the judged joints read 0.92-0.99 and the wrist is not judged. On the Kinova
+a flaky CI refusal; a rotor inertia in antiphase with the link's torque turns the factor
+negative); beside their own terms the judged joints read 0.92-0.99 and the wrist is not
+judged. A turntable whose rotor inertia is 15 times the disc's reads 16 (correlation 0.98)
+as recorded; beside its own terms nothing is left to judge (`MIN_SHARE`). On the Kinova
 recordings the joints where gravity and inertia dominate (correlation 0.95-0.99) have
 factors 1.2-2.9 both ways (the URDF's masses are not the arm's).
 """
@@ -29,6 +30,9 @@ from scipy.signal import butter, sosfiltfilt
 import torch
 
 JUDGED = 0.8         # |correlation| above which the URDF explains the joint's torque
+# Beside its own terms the URDF torque must keep this share of its spread to be judged: a
+# joint the URDF describes by its own inertia alone (a turntable) leaves rounding noise.
+MIN_SHARE = 0.05
 MAX_FACTOR = 10.0    # recorded / RNEA beyond this (or 1 / it) is another unit or gear side
 MIN_FACTOR = -0.2    # below this the sign convention is the other
 MAX_ROWS = 20000     # RNEA on evenly spread blocks: enough to judge, fast on long recordings
@@ -54,7 +58,7 @@ class JointTorque:
     One joint's recorded torque against the URDF's RNEA torque.
 
     factor, correlation: as recorded; own_factor, own_correlation: after the joint's own
-    terms are fitted out of both (low-passed).
+    terms are fitted out of both (low-passed), 0 where they leave too little to judge.
     """
 
     joint: str
@@ -106,9 +110,8 @@ def _block(robot: RobotModel, trajectory: Trajectory, a: int, b: int) -> tuple:
     return (predicted, tau, _low_pass(predicted, period), _low_pass(tau, period), own)
 
 
-def _factor(predicted: np.ndarray, recorded: np.ndarray) -> Optional[tuple]:
-    """Return (least-squares factor, correlation) of zero-mean parts, None if one is flat."""
-    p, r = predicted - predicted.mean(), recorded - recorded.mean()
+def _factor(p: np.ndarray, r: np.ndarray) -> Optional[tuple]:
+    """Return (least-squares factor of r on p, correlation), None where one is constant."""
     if p.std() == 0 or r.std() == 0:
         return None
     return float(p @ r / (p @ p)), float(np.corrcoef(p, r)[0, 1])
@@ -128,10 +131,12 @@ def torque_report(robot: RobotModel, trajectories: Sequence[Trajectory]) -> List
         terms = own[:, j] / np.maximum(np.abs(own[:, j]).max(axis=0), 1e-12)
         both = np.column_stack([slow_predicted[:, j], slow_recorded[:, j]])
         left = both - terms @ np.linalg.lstsq(terms, both, rcond=None)[0]
-        plain, beside = (_factor(predicted[:, j], recorded[:, j]),
-                         _factor(left[:, 0], left[:, 1]))
-        if plain is not None and beside is not None:
-            report.append(JointTorque(str(joint), *plain, *beside))
+        plain = _factor(predicted[:, j], recorded[:, j])
+        if plain is None:
+            continue
+        beside = (_factor(left[:, 0], left[:, 1])
+                  if left[:, 0].std() >= MIN_SHARE * slow_predicted[:, j].std() else None)
+        report.append(JointTorque(str(joint), *plain, *(beside or (0.0, 0.0))))
     return report
 
 
