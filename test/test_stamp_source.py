@@ -87,14 +87,16 @@ def test_a_zero_header_stamp_is_filled_in_the_serialised_bytes(little_endian):
 @pytest.mark.ros
 def test_dynamics_learner_learns_from_a_driver_that_never_stamps(tmp_path):
     log = tmp_path / 'learner.log'
-    arm = _arm(600, dt=0.005)
+    arm = _arm(3000, dt=0.005)
     with learner_and_arm(log, {'model': 'ffnn', 'joint_names': NAMES},
                          'unstamped_arm') as (probe, publisher):
         values = watch_diagnostics(probe, 'dynamics_learner')
         predictions = watch_predictions(probe)
-        for q, qd, tau in zip(arm.q, arm.qd, arm.tau):
+        for q, qd, tau in zip(arm.q, arm.qd, arm.tau):   # until heard: a loaded CI lost half
             publisher.publish(joint_state_msg(0, NAMES, q, qd, tau))
             time.sleep(0.005)
+            if int(values.get('messages_accepted', 0)) > 300:
+                break
         assert wait_for(lambda: int(values.get('messages_accepted', 0)) > 300, 10), \
             (values, log.read_text())
     assert 'messages_zero_stamp' not in values and 'header stamps are 0' in log.read_text()
