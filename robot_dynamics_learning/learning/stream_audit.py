@@ -16,8 +16,8 @@ import numpy as np
 from robot_dynamics_learning.data.loading import (DEFAULT_DERIVATIVE_WINDOW_S,
                                                   trajectories_from_table)
 from robot_dynamics_learning.data.trajectory import Trajectory
-from robot_dynamics_learning.data.velocity_check import (judge_velocities, LIVE_REMEDY,
-                                                         velocity_report)
+from robot_dynamics_learning.data.velocity_check import (JointVelocity, judge_velocities,
+                                                         LIVE_REMEDY, velocity_report)
 from robot_dynamics_learning.dynamics.model import RobotModel
 from robot_dynamics_learning.learning.data_checks import check_joint_data
 
@@ -100,24 +100,21 @@ class StreamAudit:
 
     def _judge(self, pieces: List[Trajectory]) -> None:
         """Run the offline checks on the first samples; set `problem` and `warnings`."""
+        velocities = velocity_report(pieces, self.window_s)
         try:
             found = check_joint_data(self.robot, pieces, self.window_s, SOURCE, self.measured,
-                                     velocity_remedy=LIVE_REMEDY)
+                                     velocity_remedy=LIVE_REMEDY, velocities=velocities)
         except ValueError as error:
             self.problem = str(error)
             return
         self.warnings += found['warnings']
         if found['velocity_problems']:
             self.warnings.append(f'{SOURCE}: {LIVE_REMEDY}')
-        self._judge_unmoved(pieces, judged=True)
+        self._moved(velocities)
 
-    def _judge_unmoved(self, pieces: List[Trajectory], judged: bool = False) -> None:
+    def _judge_unmoved(self, pieces: List[Trajectory]) -> None:
         """Judge the velocities of the `unmoved` joints that moved in `pieces`."""
-        joints = [j for j in velocity_report(pieces, self.window_s) if j.joint in self.unmoved]
-        self.last_judged = [j.joint for j in joints]
-        self.unmoved = [name for name in self.unmoved if name not in self.last_judged]
-        if judged:   # by `check_joint_data`, on the same samples
-            return
+        joints = self._moved(velocity_report(pieces, self.window_s))
         try:
             problems = judge_velocities(joints, SOURCE, refuse_certain=self.robot is not None,
                                         remedy=LIVE_REMEDY)
@@ -125,6 +122,13 @@ class StreamAudit:
             self.problem = str(error)
             return
         self.warnings += problems + ([f'{SOURCE}: {LIVE_REMEDY}'] if problems else [])
+
+    def _moved(self, velocities: Sequence[JointVelocity]) -> List[JointVelocity]:
+        """Take the `unmoved` joints among `velocities` (they moved) off; return them."""
+        joints = [j for j in velocities if j.joint in self.unmoved]
+        self.last_judged = [j.joint for j in joints]
+        self.unmoved = [name for name in self.unmoved if name not in self.last_judged]
+        return joints
 
     def _pieces(self) -> List[Trajectory]:
         """Return the samples held as trajectories (ValueError: too short between gaps)."""
