@@ -49,16 +49,15 @@ def savgol_at_stamps(time: np.ndarray, signal: np.ndarray, window_s: float, orde
         return savgol_derivative(signal, period, window_s, order, deriv)
     values = np.asarray(signal, dtype=np.float64)
     columns = values.reshape(len(time), -1)
-    if np.all(ticks >= 1):   # the clock's period, free of the jitter: span over its ticks
-        tick = float(time[-1] - time[0]) / ticks.sum()
-        ticks = np.rint(steps / tick)
-    if np.all(ticks >= 1) and np.all(np.abs(steps / tick - ticks) <= TICK_TOLERANCE):
-        at = np.concatenate([[0], np.cumsum(ticks)]).astype(int)
-        tick = float(time[-1] - time[0]) / at[-1]
-        filled = CubicSpline(at, columns, axis=0)(np.arange(at[-1] + 1))
-        window = min(window_s, at[-1] * tick)
-        return savgol_derivative(filled, tick, window, order, deriv)[at].reshape(values.shape)
     span = float(time[-1] - time[0])
+    if np.all(ticks >= 1):   # the clock's period, free of the jitter: span over its ticks
+        clock = span / ticks.sum()
+        ticks = np.rint(steps / clock)
+        if np.all(ticks >= 1) and np.all(np.abs(steps / clock - ticks) <= TICK_TOLERANCE):
+            at = np.concatenate([[0], np.cumsum(ticks)]).astype(int)
+            filled = CubicSpline(at, columns, axis=0)(np.arange(at[-1] + 1))
+            return savgol_derivative(filled, span / at[-1], min(window_s, span), order,
+                                     deriv)[at].reshape(values.shape)
     grid = np.linspace(time[0], time[-1], int(span / min(period, span / (len(time) - 1))
                                               + 1e-9) + 1)
     step = float(grid[1] - grid[0])
