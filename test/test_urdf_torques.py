@@ -33,6 +33,11 @@ def test_real_torques_pass_and_flipped_or_milli_newton_metres_do_not(kinova):
         scaled = [dataclasses.replace(t, tau=scale * t.tau) for t in recordings]
         with pytest.raises(ValueError, match=f'joint_2: tau = .* x the URDF torque .*{cause}'):
             check_torques(robot, scaled, 'kinova')
+    one = np.where(np.arange(7) == 3, -1.0, 1.0)   # joint_4 alone wired the other way
+    with pytest.raises(ValueError, match=r'kinova: .* joint_4: tau = .* other sign') as error:
+        check_torques(robot, [dataclasses.replace(t, tau=one * t.tau) for t in recordings],
+                      'kinova')
+    assert 'joint_2' not in str(error.value)
 
 
 def test_rdl_train_and_identify_refuse_flipped_torques(tmp_path, capsys):
@@ -65,7 +70,9 @@ def test_rotor_inertia_and_friction_the_urdf_leaves_out_are_no_unit_error():
     A turntable whose motor's rotor inertia is 15 times the disc's read tau = 16 x the URDF
     torque (correlation 0.99: "another unit"; the MuJoCo Panda's wrist, armature 0.03, read
     6-7). Beside its own terms nothing of the URDF torque is left to judge. On the 2-link
-    arm with a geared first joint, flipped or x1000 torques are still refused.
+    arm with a geared first joint, flipped or x1000 torques are still refused, and so are
+    the flipped turntable and the geared joint flipped alone, where the rotor inertia
+    dominates: inertia and friction never have a negative sign.
     """
     arm = _arm(1200, 0.002)
     qdd = np.gradient(arm.qd, arm.time, axis=0)[:, :1]
@@ -75,6 +82,9 @@ def test_rotor_inertia_and_friction_the_urdf_leaves_out_are_no_unit_error():
     spin = torque_report(load_urdf(TURNTABLE), [turntable])[0]
     assert spin.factor > 10 and spin.correlation > 0.8 and spin.problem() is None
     check_torques(load_urdf(TURNTABLE), [turntable], 'turntable')
+    with pytest.raises(ValueError, match='spin: tau = .* other sign convention'):
+        check_torques(load_urdf(TURNTABLE), [dataclasses.replace(turntable, tau=-turntable.tau)],
+                      'turntable')
     robot = load_urdf(URDF)
     qdd = np.gradient(arm.qd, arm.time, axis=0)
     geared = dataclasses.replace(arm, qdd=qdd, tau=arm.tau + np.array([1.0, 0.0]) * (
@@ -86,3 +96,7 @@ def test_rotor_inertia_and_friction_the_urdf_leaves_out_are_no_unit_error():
         with pytest.raises(ValueError, match=f'joint2: tau = .*{cause}'):
             check_torques(robot, [dataclasses.replace(geared, tau=scale * geared.tau)],
                           'geared')
+    with pytest.raises(ValueError, match='joint1: tau = .* other sign convention') as error:
+        check_torques(robot, [dataclasses.replace(geared, tau=np.array([-1.0, 1.0]) * geared.tau)],
+                      'geared')
+    assert 'joint2' not in str(error.value)
