@@ -510,3 +510,31 @@ def test_yaw_in_degrees_is_named_before_the_heading_check_blames_the_rigid_body(
     with pytest.raises(ValueError, match=r'turn faster than 15 rad/s: yaw in degrees\?') as err:
         oriented(degrees, BagOptions())
     assert 'yaw-offset' not in str(err.value)
+
+
+def _straight(heading_deg: float, yaw: float) -> Trajectory:
+    """Return 6 s of a car driving straight at 1.5 m/s along `heading_deg`, its yaw as given."""
+    time = np.arange(600) * 0.01
+    heading = np.radians(heading_deg)
+    observations = np.column_stack([1.5 * time * np.cos(heading), 1.5 * time * np.sin(heading),
+                                    np.full_like(time, yaw)])
+    return Trajectory(time=time, observations=observations,
+                      actions=np.tile([0.3, 0.0], (len(time), 1)))
+
+
+def test_yaw_in_degrees_on_a_car_that_barely_turns_is_named_too():
+    """
+    Turning faster than 15 rad/s cannot name degrees on a straight drive; the yaw can.
+
+    A yaw beyond +-2 pi that read as degrees points along the travel is named beside the
+    rigid body's offset: a radian yaw that has turned can look the same on a straight drive.
+    """
+    oriented([_straight(40.0, np.radians(40.0))], BagOptions())   # radians: passes
+    # Before: only "the car travels sideways ... Add -90 deg to the yaw".
+    with pytest.raises(ValueError, match=r'pose x axis .* Or yaw in degrees\? It goes beyond '
+                       r'\+-2 pi, and read as degrees the car travels along its heading'):
+        oriented([_straight(40.0, 40.0)], BagOptions())
+    # A rigid body defined with x to the side, in radians, is blamed alone.
+    with pytest.raises(ValueError, match=r'Add -90 deg to the yaw') as err:
+        oriented([_straight(40.0, np.radians(130.0))], BagOptions())
+    assert 'degrees?' not in str(err.value)

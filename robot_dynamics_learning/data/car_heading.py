@@ -24,6 +24,9 @@ MIN_SPEED = 0.5   # m/s: slower travel gives a noisy direction
 MIN_MOVING = 50   # samples at speed needed to judge
 ALONG = math.pi / 4   # travel within 45 degrees of the heading axis counts as along it
 MAX_OFF_SHARE = 0.5   # more travel than this off the forward direction is a wrong heading
+# Read as degrees, a yaw must put all but this share of the travel along the heading (DART
+# in radians: 0-0.8 %; a car turning under a nearly fixed heading: up to half sideways).
+ALIGNED_SHARE = 0.1
 # |correlation| of the yaw rate with steering x vx that settles its sign (DART, pooled: 0.95)
 STEERING_SURE = 0.5
 THROTTLE_FIX = 'the throttle has the other sign (rdl car: --throttle-scale with the other sign)'
@@ -44,7 +47,10 @@ class HeadingVerdict:
     correlation of the yaw rate with steering x vx (positive steering turns left, REP 103;
     None without steering); pulled: share of the forward travel under a negative throttle
     (None without throttle or with too few); spinning: share of all samples turning faster
-    than `MAX_YAW_RATE` (a yaw in degrees, named instead of a heading problem it causes).
+    than `MAX_YAW_RATE` (a yaw in degrees, named instead of a heading problem it causes);
+    as_degrees: the car travels off its heading, the yaw goes beyond +-2 pi and, read as
+    degrees, the car travels along it (a yaw in degrees on a car that barely turns, which
+    `spinning` misses; a radian yaw offset on a car that drove along x reads so too).
     """
 
     moving: int
@@ -54,6 +60,7 @@ class HeadingVerdict:
     steering: Optional[float] = None
     pulled: Optional[float] = None
     spinning: float = 0.0
+    as_degrees: bool = False
 
     def problem(self) -> Optional[str]:
         """Return why the heading is not the car's forward axis, or None."""
@@ -64,7 +71,16 @@ class HeadingVerdict:
         if self.spinning > UNIT_ERROR_SHARE:
             return (f'{self.spinning:.0%} of the samples turn faster than {MAX_YAW_RATE:g} '
                     'rad/s: yaw in degrees? Convert it to radians')
+        if self.as_degrees:   # or a radian yaw that has turned: name both
+            return (found + '. Or yaw in degrees? It goes beyond +-2 pi, and read as degrees '
+                    'the car travels along its heading: then convert it to radians')
         return found
+
+    def travels_off(self) -> bool:
+        """Return whether the car travels sideways, or backward under positive throttle."""
+        return self.moving >= MIN_MOVING and (
+            self.sideways > MAX_OFF_SHARE
+            or (self.backward is not None and self.backward > MAX_OFF_SHARE))
 
     def _heading_problem(self) -> Optional[str]:
         if self.moving < MIN_MOVING:
@@ -164,6 +180,27 @@ def body_velocity(drive: Trajectory) -> np.ndarray:
 
 def judge_drives(drives: Sequence[Trajectory]) -> HeadingVerdict:
     """Judge the travel of every finite stretch of the drives long enough to differentiate."""
+    verdict = _judge_stretches(drives)
+    beyond = any(np.any(np.abs(d.observations[:, 2]) > 2 * math.pi) for d in drives)
+    if not beyond or not verdict.travels_off():
+        return verdict
+    radians = _judge_stretches([replace(d, observations=_yaw_scaled(d.observations,
+                                                                    math.pi / 180.0))
+                                for d in drives])
+    return replace(verdict, as_degrees=radians.moving >= MIN_MOVING
+                   and radians.sideways <= ALIGNED_SHARE
+                   and (radians.backward or 0.0) <= ALIGNED_SHARE)
+
+
+def _yaw_scaled(observations: np.ndarray, factor: float) -> np.ndarray:
+    """Return a copy of [x, y, yaw, ...] observations with the yaw times `factor`."""
+    scaled = np.array(observations, np.float64)
+    scaled[:, 2] *= factor
+    return scaled
+
+
+def _judge_stretches(drives: Sequence[Trajectory]) -> HeadingVerdict:
+    """Judge the drives as they are (see `judge_drives`)."""
     parts = []
     for drive in drives:
         finite = np.all(np.isfinite(drive.observations), axis=1)
