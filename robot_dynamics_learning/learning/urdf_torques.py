@@ -50,6 +50,7 @@ BLOCK_ROWS = 1000    # contiguous rows per block (the low-pass needs neighbours)
 MIN_BLOCK_ROWS = 20
 CUTOFF_HZ = 10.0     # the 31 ms derivative window follows qdd to about 15 Hz
 OTHER_SIGN = 3.0     # the other sign must leave a third of the spread this one leaves
+SIGN_ERROR = 'the other sign convention than the URDF'
 
 
 def _problem(factor: float, correlation: float) -> Optional[str]:
@@ -57,7 +58,7 @@ def _problem(factor: float, correlation: float) -> Optional[str]:
     if abs(correlation) <= JUDGED:
         return None
     if factor < MIN_FACTOR:
-        return 'the other sign convention than the URDF'
+        return SIGN_ERROR
     if abs(factor) > MAX_FACTOR or abs(factor) < 1 / MAX_FACTOR:
         return 'another unit (mN m: 1000) or the motor side of a gear'
     return None
@@ -89,11 +90,10 @@ class JointTorque:
 
     def problem(self) -> Optional[str]:
         """Return the sign or unit error of this joint's torque, or None."""
-        cause = _problem(self.factor, self.correlation)
-        if cause is not None and _problem(self.own_factor, self.own_correlation) is None:
-            cause = None
+        cause = (_problem(self.factor, self.correlation)   # both ways fail, or the sign
+                 if _problem(self.own_factor, self.own_correlation) else None)
         if cause is None and self._flipped():
-            cause = 'the other sign convention than the URDF'
+            cause = SIGN_ERROR
         if cause is None:
             return None
         return (f'{self.joint}: tau = {self.factor:.3g} x the URDF torque (correlation '
