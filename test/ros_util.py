@@ -186,7 +186,8 @@ def estimator_running(log: Path, params: Optional[Dict[str, object]] = None
             assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
             yield twists, counters, publisher
     finally:
-        assert stop_node(process) == 0, log.read_text()
+        code = stop_node(process)   # -9: still running 10 s after SIGINT, killed
+        assert code == 0, f'exit code {code}\n' + log.read_text()
 
 
 def estimator_probe(node: Node) -> tuple:

@@ -62,6 +62,9 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     """
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     sys.unraisablehook = _quiet_half_built_futures
+    # A crash in native code (DDS, a torch kernel) then prints every thread's Python stack:
+    # a node that ended with no word (a CI run's estimator, 29 Nov) says where.
+    faulthandler.enable(all_threads=True)
     retain_freed_memory()
     # Installed before rclpy.init: rclpy's own handler (which wakes executors and, in Jazzy,
     # shuts the context down) chains to it. `signal.signal` after init would replace rclpy's.
