@@ -549,14 +549,19 @@ class DynamicsLearnerNode(ManagedNode):
                                     f'times): {error}', throttle_duration_sec=10.0)
 
     def destroy_node(self) -> None:
-        """Stop training and write a last checkpoint before the node goes."""
-        self.cleanup()
+        """
+        Write the record, stop training with a last checkpoint, then free the model.
+
+        The record first: freeing the learner once ended in a native crash (a CI run, 29 Nov,
+        exit -11 inside `cleanup`, cause not found), which would have lost it.
+        """
         if self.record is not None:
             try:
                 path = self.record.save(self.params.record_path, self.joint_names)
                 self.get_logger().info(f'recorded {self.record.count} samples to {path}')
             except OSError as error:   # the node must still end cleanly
                 self.get_logger().error(f'record not written: {error}')
+        self.cleanup()
         super().destroy_node()
 
 
