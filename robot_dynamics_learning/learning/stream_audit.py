@@ -100,8 +100,8 @@ class StreamAudit:
 
     def _judge(self, pieces: List[Trajectory]) -> None:
         """Run the offline checks on the first samples; set `problem` and `warnings`."""
-        velocities = velocity_report(pieces, self.window_s)
-        try:
+        try:   # the report too: a piece too short to differentiate is a problem, not a crash
+            velocities = velocity_report(pieces, self.window_s)
             found = check_joint_data(self.robot, pieces, self.window_s, SOURCE, self.measured,
                                      velocity_remedy=LIVE_REMEDY, velocities=velocities)
         except ValueError as error:
