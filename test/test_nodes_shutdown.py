@@ -296,9 +296,12 @@ class Busy(Node):
         super().__init__('busy_probe')
         self.create_timer(0.002, lambda: None)
 
+    def destroy_node(self):
+        super().destroy_node()
+        print('ended', flush=True)
+
 
 spin_node(Busy, threads=threads)
-print('ended', flush=True)
 """
 
 
@@ -325,3 +328,46 @@ def test_ctrl_c_never_raises_inside_the_executor(module, owner, name, threads, t
     assert process.returncode == 0, output
     assert 'survived' in output and 'ended' in output, output
     assert 'Traceback' not in output and 'never awaited' not in output, output
+
+
+CRASHING_TEARDOWN_NODE = """
+import atexit
+import ctypes
+import sys
+
+from rclpy.node import Node
+from robot_dynamics_learning.nodes.runtime import spin_node
+
+# A native crash in the interpreter's teardown, as a library's destructor beside its own
+# threads can have (CI: nodes ended with -11 after everything was written).
+atexit.register(ctypes.string_at, 0)
+
+
+class Ticking(Node):
+    def __init__(self, exit_code):
+        super().__init__('teardown_probe')
+        self.exit_code = exit_code
+        self.create_timer(0.05, lambda: print('spinning', flush=True))
+
+    def destroy_node(self):
+        super().destroy_node()
+        print('destroyed', flush=True)
+
+
+spin_node(lambda: Ticking(int(sys.argv[1])))
+"""
+
+
+@pytest.mark.parametrize('exit_code', [0, 1])
+def test_a_teardown_crash_cannot_fail_a_node_that_ended(exit_code, tmp_path):
+    """The node's exit code is what it said (its `exit_code`), not a teardown's SIGSEGV."""
+    log = tmp_path / 'teardown.log'
+    process = subprocess.Popen([sys.executable, '-u', '-c', CRASHING_TEARDOWN_NODE,
+                                str(exit_code)], cwd=ROOT,
+                               stdout=open(log, 'w'), stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    assert wait_for(lambda: 'spinning' in log.read_text(), timeout=30.0), log.read_text()
+    _ctrl_c(process)
+    output = log.read_text()
+    assert process.returncode == exit_code, output
+    assert 'destroyed' in output and 'Fatal Python error' not in output, output
