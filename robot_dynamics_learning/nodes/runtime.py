@@ -48,7 +48,8 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     Create the node after `rclpy.init`, spin it until Ctrl-C or an external shutdown, exit.
 
     The process ends here (`end_process`) with the node's `exit_code` attribute (0 if it has
-    none) once the node is destroyed; an error that escapes ends it with a traceback and 1.
+    none) once the node is destroyed; an error that escapes ends it with a traceback and 1,
+    and a callback still running in a pool thread is waited for up to the deadline below.
 
     A ValueError, OSError or rclpy ParameterException while the node is built (a parameter
     out of its range, a refused config, URDF or checkpoint, a file that is missing or cannot
@@ -78,6 +79,7 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
     node = None
     executor = None
     exit_code = 0
+    callbacks_done = True
     try:
         node = make_node()
         # Objects alive now (torch, rclpy, the model) never change: a full collection
@@ -111,11 +113,16 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         if executor is not None:
             # Callbacks still running in the executor's threads finish before the node and
             # its entities are destroyed (else: 'cannot use Destroyable' in their futures).
-            executor.shutdown(timeout_sec=SHUTDOWN_WAIT_S)
+            callbacks_done = executor.shutdown(timeout_sec=SHUTDOWN_WAIT_S)
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
-    end_process(exit_code or getattr(node, 'exit_code', 0))
+    exit_code = exit_code or getattr(node, 'exit_code', 0)
+    if not callbacks_done:
+        # A callback still runs in a pool thread: the interpreter's exit waits for it, and
+        # the deadline armed above prints where it is stuck (exit 1) if it never returns.
+        sys.exit(exit_code)
+    end_process(exit_code)
 
 
 def end_process(exit_code: int) -> None:
