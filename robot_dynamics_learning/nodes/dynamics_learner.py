@@ -550,11 +550,10 @@ class DynamicsLearnerNode(ManagedNode):
 
     def destroy_node(self) -> None:
         """
-        Write the record and stop training with a last checkpoint; the model is not freed.
+        Write the record, stop training with a last checkpoint, then free the model.
 
-        The process ends right after (`end_process`): freeing the learner here once ended in a
-        native crash (a CI run, 29 Nov, exit -11, cause not found), and there is nothing
-        left to free it for.
+        The record first: freeing the learner once ended in a native crash (a CI run, 29 Nov,
+        exit -11 inside `cleanup`, cause not found), which would have lost it.
         """
         if self.record is not None:
             try:
@@ -562,8 +561,7 @@ class DynamicsLearnerNode(ManagedNode):
                 self.get_logger().info(f'recorded {self.record.count} samples to {path}')
             except OSError as error:   # the node must still end cleanly
                 self.get_logger().error(f'record not written: {error}')
-        if self.learner is not None:
-            self.learner.stop(checkpoint=True)
+        self.cleanup()
         super().destroy_node()
 
 

@@ -12,6 +12,7 @@ and exits, which ends the launch. Recorded messages that allow no report (none v
 with an effort) end it with one logged line and exit code 1.
 Torques come from the JointState effort.
 """
+import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -66,7 +67,7 @@ class ReplayEvaluator(Node):
             depth=1, reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.TRANSIENT_LOCAL))
         self._done = False
-        self.exit_code = 0   # 1: no report (spin_node ends the process with it)
+        self.failed = False   # no report: main() exits with 1
         # joint_states is subscribed once every learner's predictions are matched: the player
         # waits for that subscription, so no prediction of the first samples is lost to
         # discovery (seen once in CI: none arrived from a 1.5 s bag).
@@ -142,7 +143,7 @@ class ReplayEvaluator(Node):
             stream = self.recorder.stream(self.first_ns or 0,
                                           self.resolve_topic_name('joint_states'))
         except ValueError as error:   # nothing to score: say why, no traceback
-            self.exit_code = 1
+            self.failed = True
             self.get_logger().error(f'no report: {error}')
             self.context.try_shutdown()
             return
@@ -165,7 +166,14 @@ class ReplayEvaluator(Node):
 
 def main(args: Optional[List[str]] = None) -> None:
     """Run the evaluator until the bag ends and the report is written (exit 1: no report)."""
-    spin_node(ReplayEvaluator, args)
+    nodes: List[ReplayEvaluator] = []
+
+    def make() -> ReplayEvaluator:
+        nodes.append(ReplayEvaluator())
+        return nodes[-1]
+    spin_node(make, args)
+    if nodes and nodes[0].failed:
+        sys.exit(1)
 
 
 if __name__ == '__main__':
