@@ -328,7 +328,10 @@ def test_ctrl_c_never_raises_inside_the_executor(module, owner, name, threads, t
 
 
 QUIET_NODE = """
+import sys
+
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.signals import get_current_signal_handlers_options
 from robot_dynamics_learning.nodes.runtime import spin_node
 
@@ -337,7 +340,8 @@ class Quiet(Node):
     '''No timer, no subscription: nothing but a signal can end its wait.'''
 
     def __init__(self):
-        super().__init__('quiet_probe')
+        sim_time = Parameter('use_sim_time', value=sys.argv[1] == 'sim_time')
+        super().__init__('quiet_probe', parameter_overrides=[sim_time])   # no /clock here
         print(f'rclpy handlers: {get_current_signal_handlers_options().name}', flush=True)
         print('spinning', flush=True)
 
@@ -350,8 +354,9 @@ spin_node(Quiet)
 """
 
 
-@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_and_sigterm_end_a_node_that_nothing_else_wakes(signum, tmp_path):
+@pytest.mark.parametrize('signum, clock', [(signal.SIGINT, 'wall'), (signal.SIGTERM, 'wall'),
+                                           (signal.SIGINT, 'sim_time')])
+def test_ctrl_c_and_sigterm_end_a_node_that_nothing_else_wakes(signum, clock, tmp_path):
     """
     The node, not rclpy's native thread, handles both signals: it ends cleanly and soon.
 
@@ -360,7 +365,7 @@ def test_ctrl_c_and_sigterm_end_a_node_that_nothing_else_wakes(signum, tmp_path)
     woke the executor: the node ran on until launch killed it.
     """
     log = tmp_path / 'quiet.log'
-    process = subprocess.Popen([sys.executable, '-u', '-c', QUIET_NODE], cwd=ROOT,
+    process = subprocess.Popen([sys.executable, '-u', '-c', QUIET_NODE, clock], cwd=ROOT,
                                stdout=open(log, 'w'), stderr=subprocess.STDOUT,
                                start_new_session=True)
     assert wait_for(lambda: 'spinning' in log.read_text(), timeout=30.0), log.read_text()

@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, List, Optional, Tuple
 
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import InvalidHandle, ParameterException
 from rclpy.executors import (ExternalShutdownException, MultiThreadedExecutor,
                              SingleThreadedExecutor)
@@ -154,7 +155,9 @@ class DeferrableInterrupt:
         timer every wait, and the demo's learner then scored 84 % of a 1 kHz stream.
         """
         self._wake = node.create_guard_condition(lambda: None)
-        node.create_timer(SIGNAL_POLL_S, lambda: None)
+        # On the steady clock: a ROS-time timer (use_sim_time) stops with /clock.
+        node.create_timer(SIGNAL_POLL_S, lambda: None,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def __call__(self, signum: int, frame: Any) -> None:
         """Raise KeyboardInterrupt, or once deferred record the request and wake the spin."""
