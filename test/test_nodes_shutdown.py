@@ -361,8 +361,8 @@ def test_ctrl_c_and_sigterm_end_a_node_that_nothing_else_wakes(signum, clock, tm
     The node, not rclpy's native thread, handles both signals: it ends cleanly and soon.
 
     rclpy's handlers woke executors from a thread of their own, racing with the executor
-    destroying what they trigger (nodes segfaulted at shutdown in CI), and a SIGTERM only
-    woke the executor: the node ran on until launch killed it.
+    destroying what they trigger (nodes segfaulted at shutdown in CI). Without them only the
+    node's poll timer wakes its wait, on the steady clock even under use_sim_time.
     """
     log = tmp_path / 'quiet.log'
     process = subprocess.Popen([sys.executable, '-u', '-c', QUIET_NODE, clock], cwd=ROOT,

@@ -104,8 +104,9 @@ def spin_node(make_node: Callable[[], Node], args: Optional[List[str]] = None,
         rclpy.logging.get_logger('robot_dynamics_learning').error(f'not started: {error}')
         exit_code = STARTUP_REFUSED
     except Exception:
-        # Jazzy's SIGINT handler shuts the context down at once: a callback still running
-        # then fails in its rclpy call. Anything else is an error.
+        # An external shutdown (the node's own `context.try_shutdown()`, as replay_evaluator
+        # does) makes a callback still running fail in its rclpy call. Anything else is an
+        # error.
         if rclpy.ok():
             raise
     finally:
