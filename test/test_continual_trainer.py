@@ -178,6 +178,28 @@ def test_normalisation_is_refitted_once_when_a_robot_at_rest_starts_moving():
     assert trainer.renormalizations == 1
     assert trainer.model.fitted_on == [(1, 50, 2), (1, 50, 2)]
     assert learner.diagnostics()['renormalizations'] == 1
+    # On the first moving samples (an update comes every 4).
+    assert 100 < learner.diagnostics()['renormalized_at_sample'] <= 108
+
+
+def test_a_channel_that_spreads_wide_now_and_then_is_refitted_at_its_first_wide_stretch():
+    """
+    Checked before every update, not every 100th: a sparse check can miss wide stretches.
+
+    On the demo's arm joint 7 spread 10-13x wider in 2 s of every 10 s period than in the
+    first second; checked every 100th update the refit came 33 s in, just after the payload
+    change it then hid (docs/continual.md). Here the wide stretches are 60 samples at 300
+    and 1300; an update comes every 4 samples, weights go out every 5th (the default).
+    """
+    learner = make_learner(updates_per_sample=0.25, renormalize_factor=10.0, publish_every=5)
+    rng = np.random.default_rng(7)
+    for i in range(1600):
+        x = rng.normal(size=3) * (30.0 if 300 <= i < 360 or 1300 <= i < 1360 else 1.0)
+        learner.observe(i * 1e-3, x, None, W_TRUE @ x)
+        learner.trainer.train_pending()
+    diagnostics = learner.diagnostics()
+    assert diagnostics['renormalizations'] >= 1
+    assert 300 < diagnostics['renormalized_at_sample'] < 360   # during the first
 
 
 def test_variance_calibration_scales_to_the_prequential_squared_errors():

@@ -261,7 +261,8 @@ class TrainerProcess:
         self.stats: Dict[str, Any] = {'samples': 0, 'segment_breaks': 0,
                                       'reservoir_windows': 0, 'train_steps': start_step,
                                       'rejected_steps': 0, 'training_loss': float('nan'),
-                                      'renormalizations': 0, 'train_seconds': 0.0,
+                                      'renormalizations': 0, 'renormalized_at_sample': 0,
+                                      'train_seconds': 0.0,
                                       'checkpoints_written': 0, 'last_error': ''}
         self._stopped = threading.Event()
         self._receiver: Optional[threading.Thread] = None
