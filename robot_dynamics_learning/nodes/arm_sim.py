@@ -106,7 +106,7 @@ class ArmSimNode(Node):
                         samples.effort[k, 0]))
                     if self.pub_command is not None:
                         self.pub_command.publish(float64_array_msg(samples.command[k, 0]))
-                except RCLError:   # Ctrl-C shut the context down before destroy_node ran
+                except RCLError:   # an external shutdown ended the context before destroy_node
                     return
                 self.published += 1
                 self.sim_time = float(t)

@@ -105,7 +105,7 @@ class CarSimNode(Node):
                 twist.twist.linear.x, twist.twist.linear.y = self.state[0, 3], self.state[0, 4]
                 twist.twist.angular.z = self.state[0, 5]
                 self.pub_true_twist.publish(twist)
-            except RCLError:  # Ctrl-C shut the context down before destroy_node ran
+            except RCLError:  # an external shutdown ended the context before destroy_node
                 return
 
     def destroy_node(self) -> None:

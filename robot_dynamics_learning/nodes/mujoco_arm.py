@@ -114,7 +114,7 @@ class MujocoArmNode(Node):
                     self.pub_clock.publish(clock_msg(stamp_ns))
                 self._lateness[self.published % LATENESS_WINDOW] = time.monotonic() - due
                 self.pub_states.publish(message)
-            except RCLError:   # Ctrl-C shut the context down before destroy_node ran
+            except RCLError:   # an external shutdown ended the context before destroy_node
                 return
             self.published += 1
             if self.duration and state.time >= self.duration - 1e-9:
