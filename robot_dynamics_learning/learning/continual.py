@@ -186,6 +186,7 @@ class ContinualTrainer:
         self._fitted_std: Optional[torch.Tensor] = None
         self.renormalizations = 0
         self.renormalized_at_sample = 0   # samples received at the last refit (0: none)
+        self._drift_seen_at: Optional[int] = None   # samples received when a refit was due
         # A model with nothing to learn (rigid_body without learnable parameters) only
         # predicts: no optimiser, and no update is ever due.
         self._trainable = any(p.requires_grad for p in model.parameters())
@@ -268,43 +269,61 @@ class ContinualTrainer:
         return elapsed
 
     def _fit_normalization(self) -> None:
-        """Fit the model's normalisation on the newest warm-up-sized stretch of data."""
-        recent = self.buffer.recent(max(self.config.warmup_samples, 2))
+        """
+        Fit the model's normalisation: first on the warm-up, a refit on all the ring holds.
+
+        A refit on all recent data, not the newest second: a second of varied motion scales
+        the joints it does not move by little spread (docs/continual.md, "Refitting").
+        """
+        recent = self.buffer.recent(self.buffer.config.recent_capacity if self._prepared
+                                    else max(self.config.warmup_samples, 2))
         self.model.fit_normalization(recent)
         self._fitted_std = self._spread(recent)
         if self._prepared:
             self.renormalizations += 1
             self.renormalized_at_sample = self.buffer.total
         self._prepared = True
+        self._drift_seen_at = None
         self._publish()
 
     @staticmethod
     def _spread(batch: SequenceBatch) -> torch.Tensor:
-        """Per-channel std of observations and targets of a (1, T, .) batch."""
-        values = torch.cat([batch.observations[0], batch.targets[0]], dim=-1)
-        return values.std(dim=0)
+        """
+        Per-channel std of the observations of a (1, T, .) batch: how widely the robot moves.
+
+        Not the targets: a payload change steps the torque, which spreads a stretch across
+        the step 10x wider than a smooth motion's torque (the plain LSTM, offline replay at
+        1 kHz: refitted 0.4 s after the +2 kg), and a refit then hits the model just when it
+        has to adapt.
+        """
+        return batch.observations[0].std(dim=0)
 
     def _statistics_drifted(self) -> bool:
         """
         Return True when the data now spreads far wider than what the normalisation saw.
 
-        A robot usually starts at rest: statistics fitted then (velocities and torque
-        changes near zero) would scale later motion to huge normalised values. Checked before
-        every update on the newest warm-up-sized stretch (0.15-0.3 ms for 500-1000 samples,
-        against 10-20 ms an update): a channel whose std grew past `renormalize_factor` times
-        its fitted std (floored at 1e-3 of the largest fitted std) triggers a refit, at most
-        `max_renormalizations` times. Every update, so that a refit, which changes what the
-        network computes, comes when the wide motion first shows and not whenever a sparser
-        check first catches it (docs/continual.md, "Refitting the normalisation"). Motion that
-        keeps spreading (a robot starting from rest) refits again at each 10x.
+        A robot usually starts at rest: statistics fitted then (velocities near zero) would
+        scale later motion to huge normalised values. Checked before every update on the
+        newest warm-up-sized stretch (0.15-0.3 ms for 500-1000 samples, against 10-20 ms an
+        update), not every 100th: a refit changes what the network computes, and a sparse
+        check caught the motion whenever it first fell into a wide stretch, once just after a
+        payload change (docs/continual.md, "Refitting the normalisation"). A channel whose
+        std grew past `renormalize_factor` times its fitted std (floored at 1e-3 of the
+        largest fitted std) makes a refit due; it runs once a warm-up's worth of samples has
+        come since, so that the motion is in it, at most `max_renormalizations` times.
         """
+        stretch = max(self.config.warmup_samples, 2)
+        if self._drift_seen_at is not None:
+            return self.buffer.total - self._drift_seen_at >= stretch
         factor = self.config.renormalize_factor
         if (not factor or self._fitted_std is None
                 or self.renormalizations >= self.config.max_renormalizations):
             return False
-        now = self._spread(self.buffer.recent(max(self.config.warmup_samples, 2)))
+        now = self._spread(self.buffer.recent(stretch))
         floor = 1e-3 * self._fitted_std.max()
-        return bool((now > factor * torch.maximum(self._fitted_std, floor)).any())
+        if bool((now > factor * torch.maximum(self._fitted_std, floor)).any()):
+            self._drift_seen_at = self.buffer.total
+        return False
 
     def train_pending(self) -> int:
         """
