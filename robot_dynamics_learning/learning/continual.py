@@ -300,7 +300,7 @@ class ContinualTrainer:
 
     def _statistics_drifted(self) -> bool:
         """
-        Return True when the data now spreads far wider than what the normalisation saw.
+        Return True when a refit is due now: the motion spread far wider than the fit saw.
 
         A robot usually starts at rest: statistics fitted then (velocities near zero) would
         scale later motion to huge normalised values. Checked before every update on the
