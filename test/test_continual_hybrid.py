@@ -65,11 +65,11 @@ def test_payload_is_identified_and_a_change_is_tracked_within_a_few_hundred_samp
     assert max(errors[2300:]) < 0.1 * max(errors[1990:2010])
 
 
-@pytest.mark.parametrize('burst', [15, 60])   # samples; the test's window is 40
+@pytest.mark.parametrize('burst', [3, 15, 60])   # samples; the test's windows are 8 and 40
 def test_bursts_of_error_leave_the_estimate_but_a_new_payload_restarts_it(burst):
     # A trajectory gives bursts of tens of samples of large error at some phases (the residual
     # network's misses); a restart there throws the estimate around. Bursts shorter than half
-    # the test's window do not restart it; longer ones do, and the trial that follows undoes
+    # the short window do not restart it; longer ones do, and the trial that follows undoes
     # the restart. A payload change raises every error: that restarts it, once, for good.
     estimator = PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA),
                                  PayloadConfig(start_after=0))
@@ -81,9 +81,33 @@ def test_bursts_of_error_leave_the_estimate_but_a_new_payload_restarts_it(burst)
         _payload_step(estimator, x, payload if k < 6000 else 2.0 * payload, noise, rng)
         if k == 5999:
             assert estimator.resets == 0
-            assert (estimator.false_alarms > 0) == (burst > PayloadConfig().change_window // 2)
+            assert ((estimator.false_alarms > 0)
+                    == (burst >= PayloadConfig().fast_change_window // 2))
             assert estimator.state()[0] == pytest.approx(1.0, abs=0.05)
     assert estimator.resets == 1
+    assert estimator.state()[0] == pytest.approx(2.0, abs=0.05)
+
+
+@pytest.mark.parametrize('fast_ratio', [0.0, 60.0])
+def test_a_large_change_restarts_within_the_short_window(fast_ratio):
+    # Every sample before the restart is predicted with the old payload: the long median
+    # alone needs half its window of changed samples, the short one half of its own.
+    config = PayloadConfig(start_after=0, fast_change_ratio=fast_ratio)
+    estimator = PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA), config)
+    rng = np.random.default_rng(5)
+    payload = np.zeros(10)
+    payload[0], payload[3] = 2.0, 0.3
+    restarted_at = None
+    for k, x in enumerate(_samples(rng, 3000)):
+        _payload_step(estimator, x, payload if k >= 2000 else np.zeros(10), 0.01, rng)
+        if restarted_at is None and estimator.resets:
+            restarted_at = k
+    assert restarted_at is not None and restarted_at >= 2000
+    delay = restarted_at - 2000 + 1
+    if fast_ratio:
+        assert delay <= config.fast_change_window
+    else:
+        assert delay >= config.change_window // 2
     assert estimator.state()[0] == pytest.approx(2.0, abs=0.05)
 
 
@@ -141,3 +165,7 @@ def test_non_finite_targets_leave_the_payload_estimate_alone():
         PayloadConfig(change_ratio=-1.0)
     with pytest.raises(ValueError, match='change_window'):
         PayloadConfig(change_window=0)
+    with pytest.raises(ValueError, match='fast_change_ratio'):
+        PayloadConfig(fast_change_ratio=-1.0)
+    with pytest.raises(ValueError, match='fast_change_window'):
+        PayloadConfig(fast_change_window=41)
