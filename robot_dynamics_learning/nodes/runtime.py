@@ -19,7 +19,6 @@ from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import InvalidHandle, ParameterException
 from rclpy.executors import (ExternalShutdownException, MultiThreadedExecutor,
                              SingleThreadedExecutor)
-from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
@@ -136,41 +135,38 @@ class DeferrableInterrupt:
     them at exit, hung (car_mpc in CI). Raised in `ExitStack.enter_context` while the
     executor builds its wait set, it left an entity's handle in use, which `destroy_node`
     waits for (car_state_estimator and dynamics_learner outlived SIGTERM in launch tests).
-    Deferred, the handler only records the request, arms the shutdown deadline (a callback
-    that never returns) and wakes the executor through a guard condition; the spin loop then
-    ends between two `spin_once` calls, where nothing is held, and no callback is cut off
-    half-way.
+    Deferred, the handler only records the request and arms the shutdown deadline (a callback
+    that never returns); the spin loop then ends between two `spin_once` calls, where nothing
+    is held, and no callback is cut off half-way. The handler runs in the main thread once
+    the executor's wait has returned, so the loop's next check sees the request: nothing
+    needs waking.
     """
 
     def __init__(self) -> None:
         self.requested = False
-        self._wake: Optional[GuardCondition] = None
+        self._deferred = False
 
     def defer(self, node: Node) -> None:
         """
-        From now on, record the signal and wake `node`'s executor instead of raising.
+        From now on, record the signal instead of raising; a timer on `node` bounds the wait.
 
         A Python handler runs only once the executor's wait returns, and no rclpy handler
         wakes it: a timer every SIGNAL_POLL_S does (a node without timers would never end).
         A timer made once, not a timeout per wait: `spin_once(timeout_sec)` builds an rcl
         timer every wait, and the demo's learner then scored 84 % of a 1 kHz stream.
         """
-        self._wake = node.create_guard_condition(lambda: None)
+        self._deferred = True
         # On the steady clock: a ROS-time timer (use_sim_time) stops with /clock.
         node.create_timer(SIGNAL_POLL_S, lambda: None,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def __call__(self, signum: int, frame: Any) -> None:
-        """Raise KeyboardInterrupt, or once deferred record the request and wake the spin."""
-        if self._wake is None:
+        """Raise KeyboardInterrupt, or once deferred record the request."""
+        if not self._deferred:
             raise KeyboardInterrupt
         if not self.requested:
             self.requested = True
             faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
-        try:
-            self._wake.trigger()
-        except Exception:   # noqa: B902 - already destroyed: the spin has ended anyway
-            pass
 
 
 def _quiet_half_built_futures(unraisable: Any) -> None:
