@@ -27,6 +27,7 @@ import copy
 import dataclasses
 import math
 from pathlib import Path
+import statistics
 import threading
 from typing import Optional, Tuple
 
@@ -388,7 +389,8 @@ class PayloadEstimator:
         estimate first converges): down within ~200 samples, up within ~2000, so a change
         does not raise its own threshold. The newest `fast_change_window` samples are tested
         too, at `fast_change_ratio`: a large change restarts in a few samples, not 21. After
-        a restart the window refills before the next test.
+        a restart the window refills before the next test. The medians are taken on lists
+        (`statistics.median`): on these few values a fifth of np.median's time, per message.
         """
         config = self.config
         window = config.change_window
@@ -396,17 +398,17 @@ class PayloadEstimator:
         self._recent_count += 1
         if self._log_level is None:
             if self._recent_count >= window:
-                self._log_level = math.log(max(float(np.median(self._recent)), 1e-300))
+                self._log_level = math.log(max(statistics.median(self._recent.tolist()), 1e-300))
             return False
         level = math.exp(self._log_level)
         fast = config.fast_change_window
         if config.fast_change_ratio and self._recent_count >= fast:
             newest = self._recent[(self._recent_count - 1 - self._fast_offsets) % window]
-            if float(np.median(newest)) > config.fast_change_ratio * level:
+            if statistics.median(newest.tolist()) > config.fast_change_ratio * level:
                 return self._restart()
         if self._recent_count < window:
             return False
-        median = max(float(np.median(self._recent)), 1e-300)
+        median = max(statistics.median(self._recent.tolist()), 1e-300)
         if config.change_ratio and median > config.change_ratio * level:
             return self._restart()
         gap = math.log(median) - self._log_level
