@@ -96,6 +96,26 @@ def wait_for(condition: Callable[[], bool], timeout: float, period: float = 0.05
     return bool(condition())
 
 
+MATCH_SETTLE_S = 1.0
+
+
+def subscribed(*publishers, timeout: float = 60.0,
+               also: Callable[[], bool] = lambda: True) -> bool:
+    """
+    Wait until every publisher counts a subscription (and `also()`), then MATCH_SETTLE_S more.
+
+    DDS matches a writer and a reader on each side separately: a test's new publisher counts
+    the node's subscription at once, from discovery data it already holds, while the node
+    matches the publisher only when the announcement reaches it, 1 ms to a heartbeat later on
+    a loaded machine. A best-effort burst sent in between is lost whole; the settle covers it.
+    """
+    matched = wait_for(lambda: all(p.get_subscription_count() > 0 for p in publishers)
+                       and also(), timeout)
+    if matched:
+        time.sleep(MATCH_SETTLE_S)
+    return matched
+
+
 class Arrivals:
     """Messages of one topic as (arrival time, value), recorded by a probe node's callback."""
 
@@ -157,7 +177,7 @@ def learner_and_arm(log: Path, params: Dict[str, object], probe: str) -> Iterato
     try:
         with TestNode(probe) as arm:
             publisher = arm.node.create_publisher(JointState, '/joint_states', 100)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), \
+            assert subscribed(publisher, timeout=60), \
                 log.read_text()
             yield arm.node, publisher
     finally:
@@ -183,7 +203,7 @@ def estimator_running(log: Path, params: Optional[Dict[str, object]] = None
     try:
         with TestNode('estimator_probe') as probe:
             twists, counters, publisher = estimator_probe(probe.node)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
+            assert subscribed(publisher, timeout=20.0)
             yield twists, counters, publisher
     finally:
         code = stop_node(process)   # -9: still running 10 s after SIGINT, killed

@@ -3,7 +3,7 @@ import time
 
 import numpy as np
 import pytest
-from ros_util import start_node, stop_node, TestNode, wait_for
+from ros_util import start_node, stop_node, subscribed, TestNode, wait_for
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
 
@@ -20,7 +20,7 @@ def test_arm_sim_publishes_stamped_states_and_takes_payload_changes(tmp_path):
                                          'real_time_factor': 1.0}, log_path=log)
         try:
             assert wait_for(lambda: len(states) > 200, 60), log.read_text()
-            assert wait_for(lambda: payload.get_subscription_count() > 0, 10)
+            assert subscribed(payload, timeout=10)
             payload.publish(Float64(data=2.0))
             payload.publish(Float64(data=float('nan')))
             assert wait_for(lambda: 'payload 2.0 kg' in log.read_text(), 20), log.read_text()

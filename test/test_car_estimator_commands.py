@@ -5,7 +5,7 @@ import time
 from geometry_msgs.msg import TwistStamped
 import pytest
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
-from ros_util import estimator_probe, start_node, stop_node, TestNode, wait_for
+from ros_util import estimator_probe, start_node, stop_node, subscribed, TestNode, wait_for
 
 pytestmark = pytest.mark.ros
 
@@ -18,8 +18,7 @@ def test_estimator_uses_stamped_commands_and_rejects_bad_ones_over_dds(tmp_path)
         with TestNode('estimator_command_probe') as probe:
             twists, counters, poses = estimator_probe(probe.node)
             commands = probe.node.create_publisher(TwistStamped, 'command', 10)
-            assert wait_for(lambda: poses.get_subscription_count() > 0
-                            and commands.get_subscription_count() > 0, 20.0)
+            assert subscribed(poses, commands, timeout=20.0)
             assert wait_for(lambda: 'command_accepted' in counters, 30.0), log.read_text()
 
             def command(stamp_ns: int, steering: float) -> None:

@@ -7,7 +7,8 @@ import pytest
 from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
-from ros_util import Arrivals, ROOT, start_node, stop_node, TestNode, wait_for, watch_diagnostics
+from ros_util import (Arrivals, ROOT, start_node, stop_node, subscribed, TestNode, wait_for,
+                      watch_diagnostics)
 from std_msgs.msg import Float64
 
 pytestmark = pytest.mark.ros
@@ -37,7 +38,7 @@ def test_model_learner_publishes_a_falling_grip_estimate_when_the_car_slides(tmp
             pub_twist = probe.node.create_publisher(TwistStamped, 'car/twist',
                                                     qos_profile_sensor_data)
             pub_command = probe.node.create_publisher(Twist, 'command', 10)
-            assert wait_for(lambda: pub_command.get_subscription_count() > 0, 30.0)
+            assert subscribed(pub_command, timeout=30.0)
             start = time.monotonic()
             while time.monotonic() - start < 8.0 and not (
                     len(grips) and grips.since()[-1][1] < 6.0):
@@ -70,8 +71,7 @@ def test_mpc_takes_the_grip_estimate_and_refuses_a_bad_one(tmp_path):
                                                    qos_profile_sensor_data)
             pub_twist = probe.node.create_publisher(TwistStamped, 'car/twist',
                                                     qos_profile_sensor_data)
-            assert wait_for(lambda: 'commands' in counters
-                            and pub_grip.get_subscription_count() > 0, 60.0), \
+            assert subscribed(pub_grip, timeout=60.0, also=lambda: 'commands' in counters), \
                 (tmp_path / 'mpc.log').read_text()
             for value in (math.nan, -1.0, 3.0):
                 pub_grip.publish(Float64(data=value))

@@ -18,7 +18,7 @@ from robot_dynamics_learning.control.car_training import (build_car_model, load_
                                                           save_car_model)
 from robot_dynamics_learning.control.track import LapCounter, load_track_spec, Track
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg, time_msg
-from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, TestNode,
+from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, subscribed, TestNode,
                       wait_for, watch_diagnostics)
 
 pytestmark = pytest.mark.ros
@@ -37,7 +37,7 @@ def test_estimator_smooths_and_rejects_bad_poses_over_dds(tmp_path):
     try:
         with TestNode('estimator_probe') as probe:
             twists, counters, publisher = estimator_probe(probe.node)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
+            assert subscribed(publisher, timeout=20.0)
             # Diagnostics come from the node's timer: once they arrive it is spinning, so no
             # pose is lost to a node still starting up (best-effort QoS, depth 5).
             assert wait_for(lambda: 'accepted' in counters, 30.0)
@@ -206,7 +206,7 @@ def test_model_learner_learns_from_driving_and_writes_checkpoints(tmp_path):
         with TestNode('learner_probe') as probe:
             pub_pose, pub_twist = state_publishers(probe.node)
             pub_command = probe.node.create_publisher(Twist, 'command', 10)
-            assert wait_for(lambda: pub_command.get_subscription_count() > 0, 30.0)
+            assert subscribed(pub_command, timeout=30.0)
             start = time.monotonic()
             while time.monotonic() - start < 6.0 and not list(folder.glob('car_model_*.pt')):
                 t = time.monotonic() - start
@@ -313,7 +313,7 @@ def test_estimator_takes_vicon_bridge_transforms_with_pose_type(tmp_path):
                                            qos_profile_sensor_data)
             publisher = probe.node.create_publisher(TransformStamped, 'mocap_pose',
                                                     qos_profile_sensor_data)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0), \
+            assert subscribed(publisher, timeout=20.0), \
                 log.read_text()
             start_ns, speed = time.time_ns(), 1.2
             for i in range(240):

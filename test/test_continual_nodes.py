@@ -22,7 +22,7 @@ from robot_dynamics_learning.learning.prequential import (saved_variance_scale,
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
 from robot_dynamics_learning.signals.causal import CausalDifferentiator
-from ros_util import matched_publishers, start_node, stop_node, TestNode, wait_for
+from ros_util import matched_publishers, start_node, stop_node, subscribed, TestNode, wait_for
 from sensor_msgs.msg import JointState
 import torch
 
@@ -83,8 +83,8 @@ class Probe:
         arriving diagnostics do not mean the predictions will arrive too (a first prediction
         lost that way once failed a fresh-clone `make test`).
         """
-        return wait_for(lambda: self.pub.get_subscription_count() > 0 and self.diagnostics
-                        and matched_publishers(self.node, self.prediction_sub) > 0, timeout=60)
+        return subscribed(self.pub, timeout=60, also=lambda: bool(self.diagnostics) and
+                          matched_publishers(self.node, self.prediction_sub) > 0)
 
 
 def assert_realtime_threads_ordinary_trainer(pid: int, log: str) -> None:

@@ -17,7 +17,7 @@ from robot_dynamics_learning.control.car_training import build_car_model, save_c
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory, tensor_checksum
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import planar_pose_msg
-from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, TestNode,
+from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, subscribed, TestNode,
                       wait_for, watch_diagnostics)
 import torch
 
@@ -64,7 +64,7 @@ def test_f04_estimator_is_not_blinded_by_one_future_pose(tmp_path):
     try:
         with TestNode('estimator_future_probe') as probe:
             twists, counters, publisher = estimator_probe(probe.node)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0, 20.0)
+            assert subscribed(publisher, timeout=20.0)
             assert wait_for(lambda: 'parser_accepted' in counters, 30.0), log.read_text()
             rate, future_index = 200.0, 100
             stamps: list = []
@@ -211,8 +211,8 @@ def test_mpc_refuses_garbage_poses_by_reason(tmp_path):
             counters = watch_diagnostics(probe.node, 'car_mpc')
             pub_pose = probe.node.create_publisher(PoseStamped, 'car/pose',
                                                    qos_profile_sensor_data)
-            assert wait_for(lambda: pub_pose.get_subscription_count() > 0
-                            and 'commands' in counters, 60.0), log.read_text()
+            assert subscribed(pub_pose, timeout=60.0, also=lambda: 'commands' in counters), \
+                log.read_text()
             zero = planar_pose_msg(time.time_ns(), 0.0, 0.0, 0.0)
             zero.pose.orientation.w = 0.0   # was read as yaw 0
             nan = planar_pose_msg(time.time_ns() + 1000, math.nan, 0.0, 0.0)

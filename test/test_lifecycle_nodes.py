@@ -19,7 +19,7 @@ from robot_dynamics_learning.control.track import load_track_spec, Track
 from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
-from ros_util import ROOT, start_node, stop_node, TestNode, wait_for
+from ros_util import ROOT, start_node, stop_node, subscribed, TestNode, wait_for
 from sensor_msgs.msg import JointState
 from test_car_nodes import publish_state
 
@@ -121,7 +121,7 @@ def arm_probe(probe: TestNode, node: str, log) -> tuple:
     probe.node.create_subscription(JointState, f'/{node}/predicted_torques',
                                    predictions.append, 100)
     publisher = probe.node.create_publisher(JointState, '/joint_states', 10)
-    assert wait_for(lambda: publisher.get_subscription_count() > 0, 60), log.read_text()
+    assert subscribed(publisher, timeout=60), log.read_text()
     return predictions, publisher
 
 

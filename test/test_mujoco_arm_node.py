@@ -1,7 +1,7 @@
 """mujoco_arm over real DDS: the effort-controller contract, refusals counted, sim time."""
 import numpy as np
 import pytest
-from ros_util import start_node, stop_node, TestNode, wait_for
+from ros_util import start_node, stop_node, subscribed, TestNode, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
@@ -33,7 +33,7 @@ def test_publishes_applied_torque_and_counts_clipped_and_refused_commands(tmp_pa
                                             'timeout_action': 'zero'}, log_path=log)
         try:
             assert wait_for(lambda: len(states) > 100, 60), log.read_text()
-            assert wait_for(lambda: commands.get_subscription_count() > 0, 10)
+            assert subscribed(commands, timeout=10)
             commands.publish(Float64MultiArray(data=[100.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
             commands.publish(Float64MultiArray(data=[float('nan')] * 7))
             commands.publish(Float64MultiArray(data=[1.0] * 3))

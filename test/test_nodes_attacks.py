@@ -22,7 +22,7 @@ from robot_dynamics_learning.learning.checkpoint import CheckpointDirectory
 from robot_dynamics_learning.models.registry import build_model
 from robot_dynamics_learning.nodes.car_model_learner import CAR_CHECKPOINT_PREFIX
 from robot_dynamics_learning.nodes.conversions import joint_state_msg, planar_pose_msg
-from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, TestNode,
+from ros_util import (Arrivals, estimator_probe, ROOT, start_node, stop_node, subscribed, TestNode,
                       wait_for, watch_diagnostics)
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64, Float64MultiArray
@@ -106,7 +106,7 @@ def _arm_node_probe(executable: str, tmp_path) -> Iterator[SimpleNamespace]:
             counters = watch_diagnostics(probe.node, executable)
             answers = Arrivals(probe.node, msg_type, topic)
             pub = probe.node.create_publisher(JointState, '/joint_states', 100)
-            assert wait_for(lambda: pub.get_subscription_count() > 0 and counters, 60.0), \
+            assert subscribed(pub, timeout=60.0, also=lambda: bool(counters)), \
                 log.read_text()
             yield SimpleNamespace(names=names, counters=counters, answers=answers, pub=pub,
                                   log=log)
@@ -188,8 +188,7 @@ def test_learner_drops_a_command_taken_before_it_knew_the_joints(tmp_path):
                                                    '/effort_controller/commands', 10)
             states = probe.node.create_publisher(JointState, '/joint_states', 100)
             answers = Arrivals(probe.node, JointState, '/dynamics_learner/predicted_torques')
-            assert wait_for(lambda: commands.get_subscription_count() > 0
-                            and states.get_subscription_count() > 0, 60.0), log.read_text()
+            assert subscribed(commands, states, timeout=60.0), log.read_text()
             commands.publish(Float64MultiArray(data=[1.0] * 5))
             time.sleep(0.5)
             stamp = time.time_ns()
@@ -236,7 +235,7 @@ def test_evaluator_without_efforts_ends_with_one_line_and_code_1(tmp_path):
             probe.node.create_publisher(JointState, '/fake_learner/predicted_torques', 10)
             reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
             states = probe.node.create_publisher(JointState, '/joint_states', reliable)
-            assert wait_for(lambda: states.get_subscription_count() > 0, 60.0), log.read_text()
+            assert subscribed(states, timeout=60.0), log.read_text()
             stamp = time.time_ns()
             for k in range(20):
                 stamp += 2_000_000
@@ -262,7 +261,7 @@ def test_arm_controller_refuses_use_sim_time_at_run_time_and_still_brakes(tmp_pa
             commands = Arrivals(probe.node, Float64MultiArray, '/effort_controller/commands',
                                 lambda msg: list(msg.data))
             states = probe.node.create_publisher(JointState, '/joint_states', 10)
-            assert wait_for(lambda: states.get_subscription_count() > 0, 60.0), log.read_text()
+            assert subscribed(states, timeout=60.0), log.read_text()
             client = probe.node.create_client(SetParameters, '/arm_controller/set_parameters')
             assert client.wait_for_service(timeout_sec=30.0)
             future = client.call_async(SetParameters.Request(parameters=[ParameterMsg(
@@ -323,7 +322,7 @@ def test_a_payload_message_obeys_the_parameter_range_and_updates_it(tmp_path):
         with TestNode('payload_probe') as probe:
             counters = watch_diagnostics(probe.node, 'mujoco_arm')
             payload = probe.node.create_publisher(Float64, '/mujoco_arm/payload_mass', 10)
-            assert wait_for(lambda: payload.get_subscription_count() > 0 and counters, 60.0), \
+            assert subscribed(payload, timeout=60.0, also=lambda: bool(counters)), \
                 log.read_text()
             payload.publish(Float64(data=1e9))
             assert wait_for(lambda: 'ignored payload mass 1000000000.0' in log.read_text(),
@@ -347,7 +346,7 @@ def test_car_estimator_follows_a_looping_bag(tmp_path):
     try:
         with TestNode('estimator_loop_probe') as probe:
             twists, counters, publisher = estimator_probe(probe.node)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0 and counters, 30.0)
+            assert subscribed(publisher, timeout=30.0, also=lambda: bool(counters))
             start_ns = time.time_ns()
             for _ in range(2):
                 first = len(twists)
@@ -371,7 +370,7 @@ def test_car_estimator_says_which_window_slow_mocap_needs(tmp_path):
     try:
         with TestNode('estimator_rate_probe') as probe:
             twists, counters, publisher = estimator_probe(probe.node)
-            assert wait_for(lambda: publisher.get_subscription_count() > 0 and counters, 30.0)
+            assert subscribed(publisher, timeout=30.0, also=lambda: bool(counters))
             start_ns = time.time_ns()
             for i in range(20):   # 1 s at 20 Hz
                 publisher.publish(planar_pose_msg(start_ns + i * 50_000_000, 0.05 * i, 0.0, 0.0))
@@ -419,7 +418,7 @@ def test_learner_leaves_another_robots_checkpoints_alone(tmp_path):
         with TestNode('learner_folder_probe') as probe:
             counters = watch_diagnostics(probe.node, 'dynamics_learner')
             pub = probe.node.create_publisher(JointState, '/joint_states', 100)
-            assert wait_for(lambda: pub.get_subscription_count() > 0 and counters, 60.0), \
+            assert subscribed(pub, timeout=60.0, also=lambda: bool(counters)), \
                 log.read_text()
             assert counters['checkpoint_dir_refused'] == '1'
             stamp = time.time_ns()

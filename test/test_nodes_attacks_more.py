@@ -19,7 +19,8 @@ from rclpy.qos import qos_profile_sensor_data
 from robot_dynamics_learning.learning.learner_params import DynamicsLearnerConfig
 from robot_dynamics_learning.nodes.conversions import joint_state_msg, planar_pose_msg, time_msg
 from robot_dynamics_learning.processes import ros_args, start_node_process
-from ros_util import Arrivals, start_node, stop_node, TestNode, wait_for, watch_diagnostics
+from ros_util import (Arrivals, start_node, stop_node, subscribed, TestNode, wait_for,
+                      watch_diagnostics)
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -54,8 +55,7 @@ def _command_probe(probe, log) -> tuple:
     counters = watch_diagnostics(probe.node, 'dynamics_learner')
     commands = probe.node.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
     states = probe.node.create_publisher(JointState, '/joint_states', 100)
-    assert wait_for(lambda: commands.get_subscription_count() > 0
-                    and states.get_subscription_count() > 0 and counters, 60.0), \
+    assert subscribed(commands, states, timeout=60.0, also=lambda: bool(counters)), \
         log.read_text()
     return counters, commands, states
 
@@ -137,7 +137,7 @@ def _learner_probe(name: str, log):
         states = probe.node.create_publisher(JointState, '/joint_states', 100)
         answers = Arrivals(probe.node, JointState, '/dynamics_learner/predicted_torques',
                            lambda msg: list(msg.name))
-        assert wait_for(lambda: states.get_subscription_count() > 0 and counters, 60.0), \
+        assert subscribed(states, timeout=60.0, also=lambda: bool(counters)), \
             log.read_text()
         yield counters, states, answers
 
@@ -219,7 +219,7 @@ def _drive_until_training(probe_name: str, log, timeout: float,
         pose = probe.node.create_publisher(PoseStamped, 'car/pose', qos_profile_sensor_data)
         twist = probe.node.create_publisher(TwistStamped, 'car/twist', qos_profile_sensor_data)
         command = probe.node.create_publisher(Twist, 'command', 10)
-        assert wait_for(lambda: command.get_subscription_count() > 0, 60.0), log.read_text()
+        assert subscribed(command, timeout=60.0), log.read_text()
         sent = [0]
 
         def training() -> bool:
@@ -297,7 +297,7 @@ def test_learner_ends_cleanly_when_its_record_cannot_be_written(tmp_path):
         with TestNode('learner_record_probe') as probe:
             states = probe.node.create_publisher(JointState, '/joint_states', 100)
             answers = Arrivals(probe.node, JointState, '/dynamics_learner/predicted_torques')
-            assert wait_for(lambda: states.get_subscription_count() > 0, 60.0), log.read_text()
+            assert subscribed(states, timeout=60.0), log.read_text()
             stamp = time.time_ns()
 
             def stream() -> bool:
