@@ -111,6 +111,36 @@ def test_a_large_change_restarts_within_the_short_window(fast_ratio):
     assert estimator.state()[0] == pytest.approx(2.0, abs=0.05)
 
 
+@pytest.mark.parametrize('recall', [0, 4])
+def test_a_payload_put_back_is_recalled_not_re_identified(recall):
+    # 0 kg, then 2 kg, then 0 kg again: the first estimate, kept when the 2 kg restart was
+    # confirmed, fits the samples after the return and is taken back whole.
+    config = PayloadConfig(start_after=0, recall=recall)
+    estimator = PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA), config)
+    rng = np.random.default_rng(6)
+    payload = np.zeros(10)
+    payload[0], payload[3] = 2.0, 0.3
+    errors = []
+    for k, x in enumerate(_samples(rng, 4500)):
+        errors.append(_payload_step(estimator, x, payload if 2000 <= k < 4000 else np.zeros(10),
+                                    0.01, rng))
+        if k == 4019:
+            mass_after_return = estimator.state()[0]
+    assert estimator.resets == 2 and estimator.recalls == (1 if recall else 0)
+    assert estimator.state()[0] == pytest.approx(0.0, abs=0.05)
+    settled = np.mean(errors[1500:2000])
+    after_return = np.mean(errors[4010:4050])
+    if recall:
+        assert mass_after_return == pytest.approx(0.0, abs=0.01)
+        assert after_return < 1.5 * settled
+    else:
+        assert after_return > 1.5 * settled
+    with pytest.raises(ValueError, match='recall'):
+        PayloadConfig(recall=-1)
+    with pytest.raises(ValueError, match='recall_ratio'):
+        PayloadConfig(recall_ratio=-1.0)
+
+
 def test_split_learner_stores_residuals_and_checkpoints_the_payload():
     config = {'urdf': str(PANDA), 'hidden_size': 8, 'payload_start_after': 0}
     torch.manual_seed(0)

@@ -11,7 +11,8 @@ from robot_dynamics_learning.dynamics import load_urdf, rnea
 from robot_dynamics_learning.learning import replay_cli
 from robot_dynamics_learning.learning.stream_audit import StreamAudit
 from robot_dynamics_learning.nodes.conversions import joint_state_msg
-from ros_util import learner_and_arm, LEARNER_PACE_S, wait_for, watch_diagnostics
+from ros_util import (learner_and_arm, LEARNER_PACE_S, wait_for, watch_diagnostics,
+                      watch_predictions)
 from test_velocity_check import _arm, _csv, CONFIGS, URDF
 import torch
 
@@ -79,7 +80,8 @@ def test_velocities_are_judged_once_the_joints_move_not_on_a_standstill(
     audit = StreamAudit(load_urdf(URDF), JOINTS, size=1000)
     judged = [audit.add(t, q, qd, tau) for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau)]
     assert judged.index(True) == 999 and judged[999 + 1000] and sum(judged) == 2
-    assert audit.state == 'refused' and 'qd' in audit.problem and not audit.watching
+    assert audit.state == 'refused' and 'qd' in audit.problem and audit.refusals == 1
+    assert audit.watching   # the next window is judged in full
     learned = StreamAudit(None, JOINTS, size=1000)
     for t, q, qd, tau in zip(arm.time[:1000], arm.q, arm.qd, arm.tau):
         learned.add(t, q, qd, tau)
@@ -134,6 +136,49 @@ def test_dynamics_learner_judges_velocities_once_the_robot_moves(tmp_path):
     text = log.read_text()
     assert "the velocities of ['joint1', 'joint2'] are judged once they move" in text
     assert 'do not match the positions' in text
+
+
+def test_a_refusal_holds_until_a_later_window_passes_in_full():
+    """The arm's first seconds (no controller yet: zero effort) refuse, good data after pass."""
+    arm = _arm(3200)
+    zero_first = arm.tau.copy()
+    zero_first[:1100] = 0.0   # the first window, and the second's first tenth
+    audit = StreamAudit(load_urdf(URDF), JOINTS, size=1000)
+    states = []
+    for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, zero_first):
+        if audit.add(t, q, qd, tau):
+            states.append(audit.state)
+    assert states == ['refused', 'passed'] and audit.refusals == 1
+    assert audit.problem is None and not audit.watching and not audit.unmoved
+    flipped = StreamAudit(load_urdf(URDF), JOINTS, size=1000)   # wrong throughout: held
+    for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, -arm.tau):
+        flipped.add(t, q, qd, tau)
+    assert flipped.state == 'refused' and flipped.refusals == 3 and flipped.watching
+
+
+@pytest.mark.ros
+def test_dynamics_learner_resumes_learning_when_the_data_pass_after_a_refusal(tmp_path):
+    """A learner started before the arm's controller (zero effort) learns once torques come."""
+    log = tmp_path / 'learner.log'
+    arm = _arm(6200, dt=0.002)
+    arm.tau[:2050] = 0.0
+    with learner_and_arm(log, {'model': 'rigid_body', 'urdf': URDF},
+                         'late_controller') as (probe, publisher):
+        values = watch_diagnostics(probe, 'dynamics_learner')
+        predictions = watch_predictions(probe)
+        for t, q, qd, tau in zip(arm.time, arm.q, arm.qd, arm.tau):
+            publisher.publish(joint_state_msg(10**9 + int(t * 1e9), JOINTS, q, qd, tau))
+            time.sleep(LEARNER_PACE_S)
+        assert wait_for(lambda: 'learning resumes' in log.read_text(), 20), log.read_text()
+        assert wait_for(lambda: values.get('data_audit') == 'passed', 5), values
+        assert int(values['audit_refused_windows']) >= 1
+    text = log.read_text()
+    assert text.count('not learning: data refused') == 1 and 'is 0' in text
+    # Predicted while the first window was judged, none for the refused window's successor
+    # (2000 samples, 4 s of stamps), then again.
+    stamps = np.sort([stamp for stamp, _ in predictions]) * 1e-9
+    assert np.diff(stamps).max() > 3.0 and np.sum(stamps > stamps[np.diff(stamps).argmax()]
+                                                  + 3.0) > 1000
 
 
 def test_effort_that_is_zero_everywhere_is_refused_unless_it_is_a_command(tmp_path, capsys):

@@ -650,7 +650,8 @@ class ContinualLearner:
                 **({} if self.physics is None
                    else {'payload_mass_change_kg': float(self.physics.state()[0]),
                          'payload_resets': self.physics.resets,
-                         'payload_false_alarms': self.physics.false_alarms})}
+                         'payload_false_alarms': self.physics.false_alarms,
+                         'payload_recalls': self.physics.recalls})}
 
 
 class InverseDynamicsStream:

@@ -8,7 +8,10 @@ same data and would learn garbage from the first message on, so it holds its fir
 to the same checks once and stops learning, saying why, where they fail. A joint's velocity
 can only be judged while it moves, and a robot often stands still for the first seconds
 after the learner starts: the velocities of joints that have not moved yet are judged on
-later windows of the same size, once they move.
+later windows of the same size, once they move. A refusal is not for good either: the arm's
+first seconds may be unlike the rest (its controller not started yet, so the effort is a
+brake's or zero while the arm hangs against its joint limits), so after a refusal each further
+window is judged in full, and the first that passes clears it.
 """
 from typing import List, Optional, Sequence
 
@@ -30,7 +33,8 @@ class StreamAudit:
     Collect the first `size` samples (stamp, q, qd, tau) once and judge them.
 
     Then, while some joint's velocity is unjudged (`unmoved`: it stood still), judge each
-    further window of `size` samples on the velocities of those joints.
+    further window of `size` samples on the velocities of those joints; while refused, judge
+    each further window in full (`refusals` counts the refused windows).
     """
 
     def __init__(self, robot: Optional[RobotModel], joint_names: Sequence[str],
@@ -41,7 +45,8 @@ class StreamAudit:
         self.size, self.window_s = size, window_s
         self._rows: List[tuple] = []
         self.done = False
-        self.problem: Optional[str] = None   # why learning must stop
+        self.problem: Optional[str] = None   # why learning must stop, until a window passes
+        self.refusals = 0
         self.warnings: List[str] = []
         self.unmoved: List[str] = []   # joints whose velocity is not judged yet
         self.last_judged: List[str] = []   # joints whose velocity the last window judged
@@ -49,8 +54,8 @@ class StreamAudit:
 
     @property
     def watching(self) -> bool:
-        """Return True while samples are still wanted (the audit, or unjudged velocities)."""
-        return not self.done or (self.problem is None and bool(self.unmoved))
+        """Return True while samples are still wanted: always, until a full audit passed."""
+        return not self.done or self.problem is not None or bool(self.unmoved)
 
     @property
     def state(self) -> str:
@@ -83,19 +88,22 @@ class StreamAudit:
         return fresh
 
     def _judge_window(self) -> None:
-        first = not self.done
-        if first:
+        full = not self.done or self.problem is not None   # the first window, or after a refusal
+        if not self.done:
             self.unmoved = list(self.joint_names)   # until a window shows them moving
         try:
             pieces = self._pieces()
         except ValueError as error:   # too short between gaps to judge: not the data's fault
-            if first:
+            if not self.done:
                 self.warnings.append(f'data audit skipped: {error}')
         else:
-            if first:
+            if full:
+                if self.problem is not None:
+                    self.problem, self.unmoved = None, list(self.joint_names)
                 self._judge(pieces)
             else:
                 self._judge_unmoved(pieces)
+            self.refusals += self.problem is not None
         self.done, self._rows = True, []
 
     def _judge(self, pieces: List[Trajectory]) -> None:

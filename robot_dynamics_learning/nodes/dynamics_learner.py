@@ -216,15 +216,16 @@ class DynamicsLearnerNode(ManagedNode):
         """Stop training with a last checkpoint and free the model."""
         if self.learner is not None:
             self.learner.stop(checkpoint=True)
-        self.learner = self.stream = self.checkpoints = None
+        self.learner = self.stream = self.checkpoints = self.audit = None
 
-    def _build(self, names: List[str]) -> None:
+    def _build(self, names: List[str], audit: Optional[StreamAudit] = None) -> None:
         """Create model, learner and checkpoint folder once the joint names are known."""
         params = self.params
         n = len(names)
         self.joint_names = names
-        self.audit = StreamAudit(self.robot, names, measured=self.torque_source == 'effort')
-        self.audit_reported = False
+        if audit is None:
+            self.audit = StreamAudit(self.robot, names, measured=self.torque_source == 'effort')
+            self.audit_reported, self.refusal_logged = False, ''
         torch.manual_seed(params.seed)
         model, start_step, fitted, variance_scale = None, 0, False, None
         if params.checkpoint_dir:
@@ -374,7 +375,8 @@ class DynamicsLearnerNode(ManagedNode):
         sample = result.value
         if sample.time_reset:
             self._time_reset()
-        if self.learner is None and not self._build_at_first_message():
+        held = self.audit is not None and self.audit.problem is not None
+        if self.learner is None and not held and not self._build_at_first_message():
             return
         torque = sample.effort if self.torque_source == 'effort' else self._last_command
         if torque is None:
@@ -385,8 +387,8 @@ class DynamicsLearnerNode(ManagedNode):
             return
         if self.audit.add(stamp, sample.position, velocity, torque):
             self._report_audit()
-            if self.build_error:
-                return
+        if self.learner is None:   # held: the audit refused the newest window
+            return
         features = self.stream.sample(stamp, sample.position, velocity, torque)
         if features is None:
             return
@@ -416,14 +418,34 @@ class DynamicsLearnerNode(ManagedNode):
         return velocity
 
     def _report_audit(self) -> None:
-        """Log the data audit's news; a refusal stops learning and predicting."""
+        """
+        Log the data audit's news; a refusal holds learning and predicting, a pass resumes.
+
+        On a refusal the learner is dropped without a checkpoint (nothing learned from the
+        refused samples is kept) and the next window is judged; the first that passes builds
+        it again (from the newest checkpoint, if any). A robot whose controller starts after
+        the learner gave a brake's torques for the first window: a refusal for good stopped
+        learning for the whole run.
+        """
         audit = self.audit
         warnings = audit.new_warnings()
         for warning in warnings:
             self.get_logger().warn(warning)
         if audit.problem:
-            self.build_error = f'data refused: {audit.problem}'
-            self.get_logger().error(f'not learning: {self.build_error}')
+            if self.learner is not None:
+                self.learner.stop(checkpoint=False)
+                self.learner = None
+            if audit.problem != self.refusal_logged:   # said once per reason
+                self.refusal_logged = audit.problem
+                self.get_logger().error(
+                    f'not learning: data refused: {audit.problem}; the next {audit.size} '
+                    'samples are judged again, learning resumes when they pass')
+            return
+        if self.learner is None:
+            self._build(list(self.joint_names), audit)
+            self.audit_reported, self.refusal_logged = True, ''
+            self.get_logger().info(f'data audit: {audit.size} samples passed after '
+                                   f'{audit.refusals} refused window(s): learning resumes')
             return
         still = (f'; the velocities of {audit.unmoved} are judged once they move'
                  if audit.unmoved else '')
@@ -496,6 +518,7 @@ class DynamicsLearnerNode(ManagedNode):
                       other_joint_sets=len(self.other_joint_sets),
                       held_for_joint_choice=len(self.joint_sets.held),
                       data_audit='pending' if self.audit is None else self.audit.state,
+                      audit_refused_windows=0 if self.audit is None else self.audit.refusals,
                       audit_unmoved_joints=0 if self.audit is None else len(self.audit.unmoved),
                       **({} if self.velocities is None else self.velocities.diagnostics()),
                       **self.commands.diagnostics())
@@ -513,7 +536,9 @@ class DynamicsLearnerNode(ManagedNode):
         values = self.diagnostics()
         status = DiagnosticStatus(name=f'{self.get_name()}: continual learning',
                                   hardware_id=self.get_fully_qualified_name())
-        error = values.get('last_error', '') or self.build_error
+        error = values.get('last_error', '') or self.build_error or (
+            f'data refused: {self.audit.problem}' if self.audit is not None
+            and self.audit.problem else '')
         status.level = DiagnosticStatus.WARN if error else DiagnosticStatus.OK
         status.message = error or ('learning' if self.active else 'inactive')
         status.values = [KeyValue(key=key, value=f'{value:.6g}' if isinstance(value, float)
@@ -527,7 +552,8 @@ class DynamicsLearnerNode(ManagedNode):
         payload = ('' if 'payload_mass_change_kg' not in values else
                    f", payload {values['payload_mass_change_kg']:+.2f} kg "
                    f"({values['payload_resets']} change(s) detected, "
-                   f"{values['payload_false_alarms']} undone)")
+                   f"{values['payload_false_alarms']} undone, "
+                   f"{values['payload_recalls']} recalled)")
         self.get_logger().info(
             f"{self.parser.counter.summary()}; samples {values.get('samples', 0)}, "
             f"steps {values.get('train_steps', 0)}, loss {values.get('training_loss', 0):.4g}, "
