@@ -88,15 +88,20 @@ def test_bursts_of_error_leave_the_estimate_but_a_new_payload_restarts_it(burst)
     assert estimator.state()[0] == pytest.approx(2.0, abs=0.05)
 
 
+def _two_kg(config: PayloadConfig, seed: int) -> tuple:
+    """Return an estimator on the Panda, a generator and a 2 kg payload 0.15 m out."""
+    payload = np.zeros(10)
+    payload[0], payload[3] = 2.0, 0.3
+    return (PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA), config),
+            np.random.default_rng(seed), payload)
+
+
 @pytest.mark.parametrize('fast_ratio', [0.0, 60.0])
 def test_a_large_change_restarts_within_the_short_window(fast_ratio):
     # Every sample before the restart is predicted with the old payload: the long median
     # alone needs half its window of changed samples, the short one half of its own.
     config = PayloadConfig(start_after=0, fast_change_ratio=fast_ratio)
-    estimator = PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA), config)
-    rng = np.random.default_rng(5)
-    payload = np.zeros(10)
-    payload[0], payload[3] = 2.0, 0.3
+    estimator, rng, payload = _two_kg(config, 5)
     restarted_at = None
     for k, x in enumerate(_samples(rng, 3000)):
         _payload_step(estimator, x, payload if k >= 2000 else np.zeros(10), 0.01, rng)
@@ -115,11 +120,7 @@ def test_a_large_change_restarts_within_the_short_window(fast_ratio):
 def test_a_payload_put_back_is_recalled_not_re_identified(recall):
     # 0 kg, then 2 kg, then 0 kg again: the first estimate, kept when the 2 kg restart was
     # confirmed, fits the samples after the return and is taken back whole.
-    config = PayloadConfig(start_after=0, recall=recall)
-    estimator = PayloadEstimator(FastRegressor(load_urdf(PANDA), PANDA), config)
-    rng = np.random.default_rng(6)
-    payload = np.zeros(10)
-    payload[0], payload[3] = 2.0, 0.3
+    estimator, rng, payload = _two_kg(PayloadConfig(start_after=0, recall=recall), 6)
     errors = []
     for k, x in enumerate(_samples(rng, 4500)):
         errors.append(_payload_step(estimator, x, payload if 2000 <= k < 4000 else np.zeros(10),
