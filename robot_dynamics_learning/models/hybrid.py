@@ -258,23 +258,14 @@ class PayloadConfig:
         if len(self.prior_std) != 3 or not all(v > 0 for v in self.prior_std):
             raise ValueError(f'PayloadConfig.prior_std must be 3 positive values, got '
                              f'{self.prior_std}')
-        if self.start_after < 0:
-            raise ValueError(f'PayloadConfig.start_after must be >= 0, got {self.start_after}')
-        if self.change_ratio < 0:
-            raise ValueError(f'PayloadConfig.change_ratio must be >= 0, got {self.change_ratio}')
-        if self.change_window < 1:
-            raise ValueError(f'PayloadConfig.change_window must be >= 1, got '
-                             f'{self.change_window}')
-        if self.fast_change_ratio < 0:
-            raise ValueError(f'PayloadConfig.fast_change_ratio must be >= 0, got '
-                             f'{self.fast_change_ratio}')
+        for name, least in (('start_after', 0), ('change_ratio', 0), ('change_window', 1),
+                            ('fast_change_ratio', 0), ('recall', 0), ('recall_ratio', 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f'PayloadConfig.{name} must be >= {least}, got '
+                                 f'{getattr(self, name)}')
         if not 1 <= self.fast_change_window <= self.change_window:
             raise ValueError(f'PayloadConfig.fast_change_window must be in [1, change_window '
                              f'= {self.change_window}], got {self.fast_change_window}')
-        if self.recall < 0:
-            raise ValueError(f'PayloadConfig.recall must be >= 0, got {self.recall}')
-        if self.recall_ratio < 0:
-            raise ValueError(f'PayloadConfig.recall_ratio must be >= 0, got {self.recall_ratio}')
 
 
 class PayloadEstimator:
@@ -325,6 +316,7 @@ class PayloadEstimator:
         self._ring_count = 0
         self._recalled: collections.deque = collections.deque(maxlen=config.recall)
         self._recall_left = 0   # samples after a restart on which a recall is still tried
+        self._recall_offsets = np.arange(max(config.fast_change_window // 2, 1))
         self.recalls = 0
 
     def predict(self, observation: np.ndarray) -> np.ndarray:
@@ -396,8 +388,8 @@ class PayloadEstimator:
             self._dphi, self._covariance = self._before
             self.resets -= 1
             self.false_alarms += 1
-        elif self.config.recall:
-            self._recalled.append(self._before)
+        else:
+            self._recalled.append(self._before)   # none kept with recall 0 (maxlen 0)
         self._before, self._trial_count = None, 0
 
     def _recall(self, slot: int) -> bool:
@@ -413,10 +405,7 @@ class PayloadEstimator:
         half its window), the best is taken once its median squared innovation on the
         newest half of the short window is within `recall_ratio` of the long-term level.
         """
-        if self._log_level is None:
-            return False
-        newest = (slot - np.arange(max(self.config.fast_change_window // 2, 1))) \
-            % self.config.change_window
+        newest = (slot - self._recall_offsets) % self.config.change_window
         a, residual = self._recent_a[newest], self._recent_residual[newest]
         fits = [float(np.median(np.sum((residual - a @ dphi) ** 2, axis=1))) / self.n
                 for dphi, _ in self._recalled]
