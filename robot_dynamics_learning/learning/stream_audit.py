@@ -54,7 +54,7 @@ class StreamAudit:
 
     @property
     def watching(self) -> bool:
-        """Return True while samples are still wanted: always, until a full audit passed."""
+        """Return True while samples are wanted: until a full audit passed, every joint moved."""
         return not self.done or self.problem is not None or bool(self.unmoved)
 
     @property
