@@ -66,6 +66,23 @@ def test_npz_round_trip_and_default_column_names(tmp_path):
     assert from_csv.qdd is not None and from_csv.qdd.shape == reference.q.shape
 
 
+def test_columns_numbered_without_a_separator_are_found_and_kept_in_joint_order(tmp_path):
+    """q1 ... q12 (a common logger layout), beside q1_desired ..., which must not be taken."""
+    reference = datasets.load_kinova(_kinova_csv())
+    joints = 12
+    q = np.tile(reference.q[:400], (1, 2))[:, :joints] + np.arange(joints)   # joint k: + k
+    qd, tau = np.tile(reference.qd[:400], (1, 2))[:, :joints], -q
+    numbers = range(1, joints + 1)
+    header = (['t'] + [f'q{i}' for i in numbers] + [f'q{i}_desired' for i in numbers]
+              + [f'qd{i}' for i in numbers] + [f'tau{i}' for i in numbers])
+    table = np.column_stack([reference.time[:400], q, q + 5, qd, tau])
+    path = tmp_path / 'logger.csv'
+    np.savetxt(path, table, delimiter=',', header=','.join(header), comments='')
+    loaded = load_trajectory(path)
+    assert loaded.q.shape == (400, joints)
+    assert np.allclose(loaded.q, q) and np.allclose(loaded.qd, qd) and np.allclose(loaded.tau, tau)
+
+
 def test_bad_files_and_columns_give_clear_errors(tmp_path):
     path = tmp_path / 'bad.csv'
     path.write_text('t,q_1,tau_1\n0,1,2\n0.1,nan,2\n0.2,1,2\n')

@@ -72,7 +72,9 @@ def parse_columns(items: Sequence[str]) -> Dict[str, List[str]]:
 
 def default_columns(names: Sequence[str]) -> Dict[str, List[str]]:
     """
-    Columns named like the fields: 'q' or 'q_*' where the table has them; time by `TIME_NAMES`.
+    Columns named like the fields: 'q', 'q_*' or 'q1' ... 'q99'; time by `TIME_NAMES`.
+
+    Numbered columns take one or two digits only, so 'q1_desired' beside 'q1' is not taken.
 
     A field without such columns takes those `rdl bag export` writes ('position' or
     'position_*', 'velocity...', 'effort...'; time 'stamp_ns'): our own export must load as
@@ -85,7 +87,8 @@ def default_columns(names: Sequence[str]) -> Dict[str, List[str]]:
             if time is not None:
                 spec[field] = [glob.escape(time)]
             continue
-        for patterns in ([field, f'{field}_*'], EXPORT_COLUMNS.get(field, [])):
+        numbered = [f'{field}[0-9]', f'{field}[0-9][0-9]']   # q1 ... q99, in joint order
+        for patterns in ([field, f'{field}_*', *numbered], EXPORT_COLUMNS.get(field, [])):
             if any(fnmatch.fnmatchcase(name, p) for name in names for p in patterns):
                 spec[field] = patterns
                 break
