@@ -90,15 +90,21 @@ def _inverse_table(models: dict, joints: int = 7) -> List[str]:
     return [header, '|---' * (8 + joints) + '|'] + _inverse_rows(models)
 
 
+def _window(run: dict) -> str:
+    """Return a run's training window, 's' added where it predicts on sliding windows."""
+    choice = run.get('window_choice', {})
+    return f"{choice.get('window', WINDOW)}{'s' if choice.get('sliding') else ''}"
+
+
 def _window_notes(models: dict) -> List[str]:
     """Say which training window each seed's LSTM chose (`learning.window_choice`)."""
     lines = []
     for name, entry in models.items():
-        chosen = [r['window_choice']['window'] for r in entry['runs'] if 'window_choice' in r]
+        chosen = [_window(r) for r in entry['runs'] if 'window_choice' in r]
         if chosen:
             lines.append(f'{name}: training window chosen on the held-out recordings (of '
-                         f'{", ".join(str(w) for w in LSTM_WINDOWS)} steps), per seed: '
-                         + '/'.join(str(w) for w in chosen) + '.')
+                         f'{", ".join(str(w) for w in LSTM_WINDOWS)} steps, predicted whole '
+                         'or, "s", on sliding windows), per seed: ' + '/'.join(chosen) + '.')
     return lines + [''] if lines else []
 
 
@@ -112,7 +118,7 @@ def _coverage(models: dict) -> List[str]:
 
 def _curve_table(curve: dict) -> List[str]:
     lines = ['| N | LSTM nMSE | GP nMSE | LSTM time [s] | GP time [s] | LSTM epochs | '
-             'LSTM window |', '|---|---|---|---|---|---|---|']
+             'LSTM window (s: sliding) |', '|---|---|---|---|---|---|---|']
     for size in sorted(curve['LSTM']):
         lstm, gp = curve['LSTM'][size]['runs'], curve.get('GP', {}).get(size, {}).get('runs')
         lines.append(f'| {size} | {_fmt(**_stats([r["mean_nmse"] for r in lstm]))} | '
@@ -120,8 +126,7 @@ def _curve_table(curve: dict) -> List[str]:
                      + f'{np.mean([r["seconds"] for r in lstm]):.1f} | '
                      + (f'{np.mean([r["seconds"] for r in gp]):.1f}' if gp else '-') + ' | '
                      + '/'.join(str(r['epochs']) for r in lstm) + ' | '
-                     + '/'.join(str(r.get('window_choice', {}).get('window', WINDOW))
-                                for r in lstm) + ' |')
+                     + '/'.join(_window(r) for r in lstm) + ' |')
     return lines
 
 

@@ -280,8 +280,9 @@ def _fit_inverse(spec: tuple, train_trajs: Sequence[Trajectory], seed: int, quic
             overrides['windows'],
             _train_config(overrides, seed, quick),
             1.0 / VAL_EVERY, lambda w: stride if w == WINDOW else default_stride(w))
-        return choice.model, choice.result, {'window': choice.window,
-                                             'held_nmse': choice.held_nmse}
+        return choice.model, choice.result, {'window': choice.window, 'sliding': choice.sliding,
+                                             'held_nmse': choice.held_nmse,
+                                             'held_nmse_sliding': choice.held_nmse_sliding}
     gp_sees_all = gp_sees_all or len(train_trajs) < 2 * VAL_EVERY
     if model_type == 'gp' and gp_sees_all:
         # A sample-size curve, or few recordings: every sample (the variance stays unscaled).

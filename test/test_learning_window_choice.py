@@ -19,6 +19,14 @@ import torch
 CONFIG = TrainConfig(max_epochs=4, learning_rate=1e-2, progress=False)
 
 
+def _expected(held: dict, held_sliding: dict) -> tuple:
+    """(window, sliding) the choice must return: sliding only SLIDING_MARGIN better."""
+    whole = min(held, key=held.get)
+    sliding = min(held_sliding, key=held_sliding.get)
+    margin = 1.0 - window_choice.SLIDING_MARGIN
+    return ((sliding, True) if held_sliding[sliding] < margin * held[whole] else (whole, False))
+
+
 def _build():
     return build_model('lstm', {'hidden_size': 8}, 6, 2, 2)
 
@@ -28,10 +36,27 @@ def test_the_model_returned_is_the_one_of_the_best_window():
     recordings = [_synthetic_trajectory(1500)]
     choice = train_choosing_window(_build, recordings, (20, 5, 2), CONFIG)
     assert set(choice.held_nmse) == {20, 5, 2}
-    assert choice.window == min(choice.held_nmse, key=choice.held_nmse.get)
+    assert set(choice.held_nmse_sliding) == {5, 2}   # 20 LSTM steps a sample: too many
+    assert (choice.window, choice.sliding) == _expected(choice.held_nmse,
+                                                        choice.held_nmse_sliding)
+    assert choice.model.config.sliding == (choice.window if choice.sliding else 0)
     _, held = split_validation(recordings, 20, 0.2)
     # the returned weights score what was recorded for its window (not the last one trained)
-    assert held_out_nmse(choice.model, held) == pytest.approx(choice.held_nmse[choice.window])
+    scored = choice.held_nmse_sliding if choice.sliding else choice.held_nmse
+    assert held_out_nmse(choice.model, held) == pytest.approx(scored[choice.window])
+
+
+@pytest.mark.parametrize('sliding_two, chosen', [(0.2, (2, True, 2)), (0.25, (2, False, 0))])
+def test_sliding_windows_are_kept_where_they_predict_the_held_data_clearly_better(
+        monkeypatch, sliding_two, chosen):
+    # window 5 whole, sliding; window 2 whole, sliding: 0.2 is 33 % below the best whole 0.3,
+    # 0.25 only 17 %
+    scores = iter([0.5, 0.4, 0.3, sliding_two])
+    monkeypatch.setattr(window_choice, 'held_out_nmse', lambda model, held: next(scores))
+    choice = train_choosing_window(_build, [_synthetic_trajectory(1500)], (5, 2), CONFIG)
+    assert (choice.window, choice.sliding, choice.model.config.sliding) == chosen
+    assert choice.held_nmse == {5: 0.5, 2: 0.3}
+    assert choice.held_nmse_sliding == {5: 0.4, 2: sliding_two}
     assert choice.result.seconds >= 0.0 and choice.result.epochs <= CONFIG.max_epochs
 
 
@@ -83,8 +108,12 @@ def test_rdl_train_chooses_among_listed_windows_and_records_the_choice(tmp_path,
     summary = json.loads((out / 'train_summary.json').read_text())
     choice = summary['window_choice']
     assert set(choice['held_nmse']) == {'20', '2'}
-    assert str(choice['window']) == min(choice['held_nmse'], key=choice['held_nmse'].get)
+    assert set(choice['held_nmse_sliding']) == {'2'}
+    assert (str(choice['window']), choice['sliding']) == _expected(choice['held_nmse'],
+                                                                   choice['held_nmse_sliding'])
     assert f"window {choice['window']} chosen" in capsys.readouterr().out
+    saved = torch.load(out / 'model.pt', weights_only=True)   # the checkpoint predicts so too
+    assert saved['config']['sliding'] == (choice['window'] if choice['sliding'] else 0)
 
 
 @pytest.mark.parametrize('data', ['{problem: inverse, window: []}',
@@ -99,7 +128,7 @@ def test_a_bad_window_list_is_refused_with_the_file_named(tmp_path, data):
 
 
 def test_a_model_with_a_nan_score_is_never_chosen(monkeypatch):
-    scores = iter([float('nan'), 0.5])
+    scores = iter([float('nan'), 0.5, float('nan')])   # 20 whole; 5 whole, sliding
     monkeypatch.setattr(window_choice, 'held_out_nmse', lambda model, held: next(scores))
     choice = train_choosing_window(_build, [_synthetic_trajectory(1500)], (20, 5), CONFIG)
-    assert choice.window == 5
+    assert (choice.window, choice.sliding) == (5, False)

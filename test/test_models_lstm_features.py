@@ -1,8 +1,10 @@
-"""LSTM with sin/cos angle features: streaming equals windows, angles wrap by 2 pi."""
+"""LSTM options: sin/cos angle features, the linear path, sliding windows; streaming = windows."""
 import math
 
 import numpy as np
+import pytest
 
+from robot_dynamics_learning.learning.continual import Published, StreamingPredictor
 from robot_dynamics_learning.models.base import SequenceBatch
 from robot_dynamics_learning.models.registry import build_model
 import torch
@@ -81,3 +83,58 @@ def test_the_linear_path_starts_at_zero_streams_like_windows_and_learns_a_sign()
         torch.testing.assert_close(torch.stack(streamed, 1), model(batch).mean, atol=1e-5,
                                    rtol=1e-5)
     assert model.numpy_stepper() is None
+
+
+@pytest.mark.parametrize('window', [3, 1])
+def test_sliding_windows_predict_each_step_from_zero_over_the_last_inputs(window):
+    """Whole recordings and the stream give what the model gives on each step's window."""
+    torch.manual_seed(3)
+    model = build_model('lstm', {'hidden_size': 8, 'angle_features': True, 'sliding': window},
+                        6, 2, 2)
+    batch = SequenceBatch(torch.randn(2, 9, 6), torch.zeros(2, 9, 2), torch.randn(2, 9, 2))
+    model.fit_normalization(batch)
+    model.eval()
+    with torch.no_grad():
+        whole = model(batch).mean
+        steps = [slice(max(0, t + 1 - window), t + 1) for t in range(9)]
+        by_window = [model(SequenceBatch(batch.observations[:, s], batch.actions[:, s],
+                                         batch.targets[:, s])).mean[:, -1] for s in steps]
+    torch.testing.assert_close(whole, torch.stack(by_window, 1), atol=1e-5, rtol=1e-5)
+    state, streamed = model.init_state(2), []
+    for t in range(9):
+        step = model.step(state, batch.observations[:, t])
+        state = step.state
+        streamed.append(step.prediction)
+    torch.testing.assert_close(torch.stack(streamed, 1), whole, atol=1e-5, rtol=1e-5)
+    assert state.inputs.shape == (2, window - 1, 8) and model.numpy_stepper() is None
+    carried = build_model('lstm', {'hidden_size': 8, 'angle_features': True}, 6, 2, 2)
+    carried.load_state_dict(model.state_dict())
+    with torch.no_grad():   # the first w steps are the same; later the carried state differs
+        other = carried(batch).mean
+    torch.testing.assert_close(other[:, :window], whole[:, :window])
+    assert not torch.allclose(other[:, window:], whole[:, window:], atol=1e-3)
+
+
+@pytest.mark.parametrize('sliding', [-1, 17, 2.5, True])
+def test_a_sliding_window_outside_0_to_16_steps_is_refused_by_name(sliding):
+    with pytest.raises(ValueError, match='LSTMConfig.sliding must be an int'):
+        build_model('lstm', {'sliding': sliding}, 6, 2, 2)
+
+
+def test_a_node_streams_a_sliding_model_and_takes_new_weights_without_a_jump():
+    """The streaming predictor's hand-over to new weights needs no carried state here."""
+    torch.manual_seed(4)
+    models = [build_model('lstm', {'hidden_size': 8, 'sliding': 2}, 6, 2, 2) for _ in range(2)]
+    batch = SequenceBatch(torch.randn(1, 12, 6), torch.zeros(1, 12, 2), torch.randn(1, 12, 2))
+    for model in models:
+        model.fit_normalization(batch)
+        model.eval()
+    published = [Published(1, models[0])]
+    predictor = StreamingPredictor(lambda: published[0], 6, 2)
+    with torch.no_grad():
+        expected = [m(batch).mean[0].numpy() for m in models]
+    for t in range(12):
+        if t == 6:   # new weights, no state from the trainer: rebuilt from the history
+            published[0] = Published(2, models[1])
+        mean, _ = predictor.predict(batch.observations[0, t].numpy())
+        assert np.allclose(mean, expected[t >= 6][t], atol=1e-5), t

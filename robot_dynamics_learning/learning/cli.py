@@ -277,9 +277,14 @@ def run_train(args: argparse.Namespace) -> int:
     if isinstance(window, list):   # one model per window length, the best on held-out data
         chosen = train_choosing_window(build, trajectories, window, train_config, val_fraction)
         model, result = chosen.model, chosen.result
-        choice = {'window_choice': {'window': chosen.window, 'held_nmse': chosen.held_nmse}}
-        print(f'window {chosen.window} chosen; held-out nMSE per window: '
-              + ', '.join(f'{w}: {v:.4f}' for w, v in chosen.held_nmse.items())
+        choice = {'window_choice': {'window': chosen.window, 'sliding': chosen.sliding,
+                                    'held_nmse': chosen.held_nmse,
+                                    'held_nmse_sliding': chosen.held_nmse_sliding}}
+        print(f'window {chosen.window} chosen{", on sliding windows" if chosen.sliding else ""}'
+              '; held-out nMSE per window: '
+              + ', '.join(f'{w}: {v:.4f}' + (f' ({chosen.held_nmse_sliding[w]:.4f} sliding)'
+                                             if w in chosen.held_nmse_sliding else '')
+                          for w, v in chosen.held_nmse.items())
               if chosen.held_nmse else f'too little data to hold out a block: window '
               f'{chosen.window} trained alone')
     else:
