@@ -10,6 +10,16 @@ from robot_dynamics_learning.models.registry import build_model
 import torch
 
 
+def _streamed(model, observations: torch.Tensor):
+    """Step `model` through (B, T, n) observations: (predictions (B, T, d), the last step)."""
+    state, streamed = model.init_state(observations.shape[0]), []
+    for t in range(observations.shape[1]):
+        step = model.step(state, observations[:, t])
+        state = step.state
+        streamed.append(step.prediction)
+    return torch.stack(streamed, 1), step
+
+
 def test_angle_features_stream_like_windows_and_wrap_angles():
     torch.manual_seed(0)
     model = build_model('lstm', {'hidden_size': 8, 'angle_features': True}, 6, 2, 2)
@@ -18,12 +28,8 @@ def test_angle_features_stream_like_windows_and_wrap_angles():
     model.eval()
     with torch.no_grad():
         windows = model(batch).mean
-    state, streamed = model.init_state(2), []
-    for t in range(5):
-        step = model.step(state, batch.observations[:, t])
-        state = step.state
-        streamed.append(step.prediction)
-    torch.testing.assert_close(torch.stack(streamed, 1), windows, atol=1e-5, rtol=1e-5)
+    streamed, step = _streamed(model, batch.observations)
+    torch.testing.assert_close(streamed, windows, atol=1e-5, rtol=1e-5)
     assert step.variance is not None and model.numpy_stepper() is None
     turned = batch.observations.clone()
     turned[..., :2] += 2 * math.pi
@@ -74,14 +80,9 @@ def test_the_linear_path_starts_at_zero_streams_like_windows_and_learns_a_sign()
         loss.backward()
         optimizer.step()
     assert float(loss.detach()) < 0.05
-    state, streamed = model.init_state(4), []
-    for t in range(30):
-        step = model.step(state, observations[:, t])
-        state = step.state
-        streamed.append(step.prediction)
     with torch.no_grad():
-        torch.testing.assert_close(torch.stack(streamed, 1), model(batch).mean, atol=1e-5,
-                                   rtol=1e-5)
+        torch.testing.assert_close(_streamed(model, observations)[0], model(batch).mean,
+                                   atol=1e-5, rtol=1e-5)
     assert model.numpy_stepper() is None
 
 
@@ -100,13 +101,9 @@ def test_sliding_windows_predict_each_step_from_zero_over_the_last_inputs(window
         by_window = [model(SequenceBatch(batch.observations[:, s], batch.actions[:, s],
                                          batch.targets[:, s])).mean[:, -1] for s in steps]
     torch.testing.assert_close(whole, torch.stack(by_window, 1), atol=1e-5, rtol=1e-5)
-    state, streamed = model.init_state(2), []
-    for t in range(9):
-        step = model.step(state, batch.observations[:, t])
-        state = step.state
-        streamed.append(step.prediction)
-    torch.testing.assert_close(torch.stack(streamed, 1), whole, atol=1e-5, rtol=1e-5)
-    assert state.inputs.shape == (2, window - 1, 8) and model.numpy_stepper() is None
+    streamed, step = _streamed(model, batch.observations)
+    torch.testing.assert_close(streamed, whole, atol=1e-5, rtol=1e-5)
+    assert step.state.inputs.shape == (2, window - 1, 8) and model.numpy_stepper() is None
     carried = build_model('lstm', {'hidden_size': 8, 'angle_features': True}, 6, 2, 2)
     carried.load_state_dict(model.state_dict())
     with torch.no_grad():   # the first w steps are the same; later the carried state differs

@@ -23,7 +23,7 @@ chosen model's variance is then calibrated on the held pieces predicted as chose
 (`calibrate_variance_whole`), the errors a test recording shows.
 """
 import math
-from typing import Callable, Dict, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from robot_dynamics_learning.data.splits import split_validation
@@ -74,11 +74,6 @@ def _rank(score: float) -> float:
     return score if math.isfinite(score) else math.inf
 
 
-def _score(choice: WindowChoice, scores: Dict[int, float],
-           sliding_scores: Dict[int, float]) -> float:
-    return (sliding_scores if choice.sliding else scores)[choice.window]
-
-
 def sliding_twin(model: DynamicsModel, window: int) -> Optional[DynamicsModel]:
     """Return the model predicting on sliding windows of `window` steps, if it can."""
     make = getattr(model, 'on_sliding_windows', None)
@@ -109,7 +104,7 @@ def train_choosing_window(build: Callable[[], DynamicsModel], trajectories: Sequ
         train, val = split_windows(
             inverse_dynamics_windows(trajectories, windows[0], stride(windows[0])), val_fraction)
         return WindowChoice(model, train_model(model, train, val, config), windows[0], {})
-    best_of: Dict[bool, WindowChoice] = {}   # the best whole (False) and sliding (True) one
+    candidates: List[Tuple[float, WindowChoice]] = []   # (held-out nMSE, candidate)
     scores: Dict[int, float] = {}
     sliding_scores: Dict[int, float] = {}
     seconds = 0.0
@@ -120,19 +115,19 @@ def train_choosing_window(build: Callable[[], DynamicsModel], trajectories: Sequ
         result = train_model(model, train, val, config)
         seconds += result.seconds
         scores[window] = held_out_nmse(model, held)
-        candidates = [(model, scores[window], False)]
+        candidates.append((scores[window], WindowChoice(model, result, window, {})))
         twin = sliding_twin(model, window)
         if twin is not None:
             sliding_scores[window] = held_out_nmse(twin, held)
-            candidates.append((twin, sliding_scores[window], True))
-        for candidate, score, sliding in candidates:   # ties: the earlier window
-            kept = best_of.get(sliding)
-            if kept is None or _rank(score) < _rank(_score(kept, scores, sliding_scores)):
-                best_of[sliding] = WindowChoice(candidate, result, window, {}, sliding)
-    best = best_of[False]
-    if True in best_of and (_rank(_score(best_of[True], scores, sliding_scores))
-                            < (1.0 - SLIDING_MARGIN) * _rank(scores[best.window])):
-        best = best_of[True]
+            candidates.append((sliding_scores[window],
+                               WindowChoice(twin, result, window, {}, sliding=True)))
+    # the lowest score of each kind; ties go to the earlier window (min keeps the first)
+    whole, sliding = (min(((score, c) for score, c in candidates if c.sliding == kind),
+                          key=lambda pair: _rank(pair[0]), default=None)
+                      for kind in (False, True))
+    best = whole[1]
+    if sliding is not None and _rank(sliding[0]) < (1.0 - SLIDING_MARGIN) * _rank(whole[0]):
+        best = sliding[1]
     best.model.calibrate_variance_whole(
         [whole_sequence(inverse_dynamics_arrays(piece)) for piece in held])
     return best._replace(held_nmse=scores, held_nmse_sliding=sliding_scores,
