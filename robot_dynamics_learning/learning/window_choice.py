@@ -10,7 +10,7 @@ as the nodes stream; the lowest mean nMSE wins (a model whose score is not finit
 does). Measured (LSTM, seeds 0-2, docs/models.md): Kinova blocks nMSE 0.277 with 50-step
 windows only, 0.124 with the choice (10 steps each time); on the Schunk arm 50 steps are
 chosen each time (2-step windows: 1.15 against 0.12, seed 0). A model that can predict on
-sliding windows (`sliding_twin`: the LSTM, windows up to `MAX_SLIDING`) is also scored that
+sliding windows (`on_sliding_windows`: the LSTM, up to `MAX_SLIDING`) is also scored that
 way, each step from a zero state over its last w inputs as it trained: a 2-step LSTM run
 whole for 500 steps reaches states it never trained on. The best such candidate is kept
 only where it predicts the held pieces `SLIDING_MARGIN` better than the best whole one.
@@ -23,7 +23,7 @@ chosen model's variance is then calibrated on the held pieces predicted as chose
 (`calibrate_variance_whole`), the errors a test recording shows.
 """
 import math
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 from robot_dynamics_learning.data.splits import split_validation
@@ -74,12 +74,6 @@ def _rank(score: float) -> float:
     return score if math.isfinite(score) else math.inf
 
 
-def sliding_twin(model: DynamicsModel, window: int) -> Optional[DynamicsModel]:
-    """Return the model predicting on sliding windows of `window` steps, if it can."""
-    make = getattr(model, 'on_sliding_windows', None)
-    return None if make is None else make(window)
-
-
 def train_choosing_window(build: Callable[[], DynamicsModel], trajectories: Sequence[Trajectory],
                           windows: Sequence[int], config: TrainConfig,
                           val_fraction: float = 0.2,
@@ -116,7 +110,7 @@ def train_choosing_window(build: Callable[[], DynamicsModel], trajectories: Sequ
         seconds += result.seconds
         scores[window] = held_out_nmse(model, held)
         candidates.append((scores[window], WindowChoice(model, result, window, {})))
-        twin = sliding_twin(model, window)
+        twin = model.on_sliding_windows(window)
         if twin is not None:
             sliding_scores[window] = held_out_nmse(twin, held)
             candidates.append((sliding_scores[window],

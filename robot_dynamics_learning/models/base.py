@@ -112,6 +112,10 @@ class DynamicsModel(nn.Module, abc.ABC):
         """Return a numpy twin of `step` for streaming prediction, or None (use `step`)."""
         return None
 
+    def on_sliding_windows(self, window: int) -> Optional['DynamicsModel']:
+        """Return a copy predicting each step over its last `window` inputs, or None."""
+        return None
+
     def calibrate_variance(self, val: SequenceBatch) -> None:
         """Set the predicted variance from held-out windows after training (none by default)."""
 
